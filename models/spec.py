@@ -1,0 +1,262 @@
+"""Architecture as data: a JSON-serialisable spec of a CNN, its validation and shape inference.
+
+A spec is an ordered list of layers, each a dict with a stable ``id`` and a ``type``; the
+classifier head (a linear layer to ``num_classes``) is implicit and always last, with id
+``head``. Convolutional layers (conv, pool, batchnorm, residual) work on feature maps; the
+first ``fc`` flattens, after which only fc, dropout and batchnorm may follow.
+
+Every parameter name of a built model is ``layers.<id>.…``, so a model grown layer by layer
+and a model built from its final spec share names and shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HEAD_ID = "head"
+
+# Each type's fields and defaults; ``None`` means required. Kept beside the type so that the
+# validator, the builder and the CLI help all read the same table.
+LAYER_FIELDS: dict[str, dict[str, Any]] = {
+    "conv": {"out_channels": None, "kernel_size": 3},
+    "pool": {"kind": "max", "size": 2},
+    "dropout": {"p": 0.25},
+    "fc": {"out_features": None},
+    "batchnorm": {},
+    "residual": {"kernel_size": 3},
+}
+LAYER_TYPES = tuple(LAYER_FIELDS)
+POOL_KINDS = ("max", "avg")
+# Ids become module names (``layers.<id>.weight``), so they must be valid attribute names.
+_ID_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+class SpecError(ValueError):
+    """A spec that cannot be built; the message names the layer and the reason."""
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """A whole network: input shape, class count and the ordered hidden layers."""
+
+    input_shape: tuple[int, int, int]  # (C, H, W)
+    num_classes: int
+    layers: tuple[dict, ...] = field(default_factory=tuple)
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input_shape", tuple(int(v) for v in self.input_shape))
+        object.__setattr__(self, "layers", tuple(normalise_layer(layer) for layer in self.layers))
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "input_shape": list(self.input_shape),
+            "num_classes": self.num_classes,
+            "layers": [dict(layer) for layer in self.layers],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ArchSpec:
+        missing = {"input_shape", "num_classes", "layers"} - set(data)
+        if missing:
+            raise SpecError(f"spec is missing {', '.join(sorted(missing))}")
+        return cls(
+            input_shape=tuple(data["input_shape"]),
+            num_classes=int(data["num_classes"]),
+            layers=tuple(data["layers"]),
+            name=str(data.get("name", "custom")),
+        )
+
+    def layer_ids(self) -> list[str]:
+        return [layer["id"] for layer in self.layers]
+
+    def with_layers(self, layers: list[dict], name: str | None = None) -> ArchSpec:
+        return ArchSpec(self.input_shape, self.num_classes, tuple(layers), name or self.name)
+
+
+def normalise_layer(layer: dict) -> dict:
+    """Fill defaults and reject unknown types or fields, so equal layers compare equal."""
+    if not isinstance(layer, dict):
+        raise SpecError(f"layer {layer!r} is not an object")
+    layer_id = layer.get("id")
+    kind = layer.get("type")
+    if not isinstance(layer_id, str) or not layer_id:
+        raise SpecError(f"layer {layer!r} has no string id")
+    if not _ID_PATTERN.fullmatch(layer_id):
+        raise SpecError(f"layer id {layer_id!r} must be letters, digits and underscores")
+    if layer_id == HEAD_ID:
+        raise SpecError(f"layer id {HEAD_ID!r} is reserved for the classifier head")
+    if kind not in LAYER_FIELDS:
+        raise SpecError(
+            f"layer {layer_id!r}: unknown layer type {kind!r} (known: {', '.join(LAYER_TYPES)})"
+        )
+    fields = LAYER_FIELDS[kind]
+    unknown = set(layer) - set(fields) - {"id", "type"}
+    if unknown:
+        raise SpecError(f"layer {layer_id!r}: unknown field(s) {', '.join(sorted(unknown))} for {kind}")
+    out = {"id": layer_id, "type": kind}
+    for name, default in fields.items():
+        value = layer.get(name, default)
+        if value is None:
+            raise SpecError(f"layer {layer_id!r}: {kind} needs {name}")
+        out[name] = value
+    return out
+
+
+def _positive_int(layer: dict, name: str) -> int:
+    value = layer[name]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise SpecError(f"layer {layer['id']!r}: {name} must be a positive integer, got {value!r}")
+    return value
+
+
+def layer_output_shape(layer: dict, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Shape after ``layer`` for an input of ``in_shape`` ((C, H, W) or (F,)); raises SpecError."""
+    lid, kind = layer["id"], layer["type"]
+    spatial = len(in_shape) == 3
+    if kind in ("conv", "residual", "pool") and not spatial:
+        raise SpecError(f"layer {lid!r}: {kind} cannot follow a fully connected layer")
+    if kind == "conv":
+        k = _positive_int(layer, "kernel_size")
+        if k % 2 == 0:
+            raise SpecError(f"layer {lid!r}: kernel_size must be odd to keep the map size, got {k}")
+        return (_positive_int(layer, "out_channels"), in_shape[1], in_shape[2])
+    if kind == "residual":
+        k = _positive_int(layer, "kernel_size")
+        if k % 2 == 0:
+            raise SpecError(f"layer {lid!r}: kernel_size must be odd to keep the map size, got {k}")
+        return in_shape
+    if kind == "pool":
+        if layer["kind"] not in POOL_KINDS:
+            raise SpecError(f"layer {lid!r}: pool kind must be one of {POOL_KINDS}, got {layer['kind']!r}")
+        size = _positive_int(layer, "size")
+        c, h, w = in_shape
+        if h // size < 1 or w // size < 1:
+            raise SpecError(
+                f"layer {lid!r}: pool of size {size} would shrink the {h}x{w} map below 1x1"
+            )
+        return (c, h // size, w // size)
+    if kind == "dropout":
+        p = layer["p"]
+        if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0.0 <= p < 1.0:
+            raise SpecError(f"layer {lid!r}: dropout p must be in [0, 1), got {p!r}")
+        return in_shape
+    if kind == "fc":
+        return (_positive_int(layer, "out_features"),)
+    if kind == "batchnorm":
+        return in_shape
+    raise SpecError(f"layer {lid!r}: unknown layer type {kind!r}")
+
+
+def infer_shapes(spec: ArchSpec) -> list[tuple[int, ...]]:
+    """Input shape of every layer and of the head (len(layers) + 1 entries); validates the spec."""
+    c, h, w = spec.input_shape
+    if min(c, h, w) < 1:
+        raise SpecError(f"input shape {spec.input_shape} must be positive")
+    if spec.num_classes < 2:
+        raise SpecError(f"num_classes must be at least 2, got {spec.num_classes}")
+    seen: set[str] = set()
+    shapes: list[tuple[int, ...]] = []
+    shape: tuple[int, ...] = spec.input_shape
+    for layer in spec.layers:
+        if layer["id"] in seen:
+            raise SpecError(f"layer id {layer['id']!r} is used twice")
+        seen.add(layer["id"])
+        shapes.append(shape)
+        shape = layer_output_shape(layer, shape)
+    shapes.append(shape)
+    return shapes
+
+
+def validate(spec: ArchSpec) -> ArchSpec:
+    infer_shapes(spec)
+    return spec
+
+
+# --- named specs -------------------------------------------------------------------------
+
+def _minimal() -> list[dict]:
+    # The seed of every growing run: one conv layer and one fully connected layer.
+    return [
+        {"id": "conv1", "type": "conv", "out_channels": 32},
+        {"id": "pool1", "type": "pool"},
+        {"id": "fc1", "type": "fc", "out_features": 128},
+    ]
+
+
+def _default_final() -> list[dict]:
+    # The default final architecture: what the minimal model grows into under the default
+    # schedule, and what train_static trains by default. Two conv stages, each closed by a pool,
+    # a residual block at 7x7 (cheap there), dropout before the head.
+    return [
+        {"id": "conv1", "type": "conv", "out_channels": 32},
+        {"id": "pool1", "type": "pool"},
+        {"id": "conv2", "type": "conv", "out_channels": 64},
+        {"id": "pool2", "type": "pool"},
+        {"id": "res1", "type": "residual"},
+        {"id": "fc1", "type": "fc", "out_features": 128},
+        {"id": "drop1", "type": "dropout", "p": 0.3},
+    ]
+
+
+def _tiny() -> list[dict]:
+    # A very small network for smoke runs and tests.
+    return [
+        {"id": "conv1", "type": "conv", "out_channels": 8},
+        {"id": "pool1", "type": "pool"},
+        {"id": "fc1", "type": "fc", "out_features": 32},
+    ]
+
+
+NAMED_SPECS = {"minimal": _minimal, "default": _default_final, "tiny": _tiny}
+
+
+def named_layers(name: str) -> list[dict]:
+    if name not in NAMED_SPECS:
+        raise SpecError(f"unknown spec {name!r} (known: {', '.join(sorted(NAMED_SPECS))})")
+    return NAMED_SPECS[name]()
+
+
+def resolve_spec(text: str, input_shape: tuple[int, int, int], num_classes: int) -> ArchSpec:
+    """A spec from a registry name, a JSON file or a JSON string, fitted to the data's shape.
+
+    A JSON object may be a whole spec or just ``{"layers": [...]}``; a JSON list is the layers.
+    A spec that names its own input shape or class count must agree with the data.
+    """
+    text = text.strip()
+    if text in NAMED_SPECS:
+        spec = ArchSpec(input_shape, num_classes, tuple(named_layers(text)), name=text)
+        return validate(spec)
+    if text.startswith(("{", "[")):
+        source = "spec JSON"
+        raw = text
+    else:
+        path = Path(text)
+        if not path.is_file():
+            raise SpecError(
+                f"--spec {text!r} is neither a known spec ({', '.join(sorted(NAMED_SPECS))}), "
+                "a JSON file nor a JSON string"
+            )
+        source = str(path)
+        raw = path.read_text()
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise SpecError(f"{source} is not valid JSON: {err.msg} at line {err.lineno}") from None
+    if isinstance(data, list):
+        data = {"layers": data}
+    if not isinstance(data, dict) or not isinstance(data.get("layers"), list):
+        raise SpecError(f"{source} must be a list of layers or an object with a 'layers' list")
+    for key, expected in (("input_shape", list(input_shape)), ("num_classes", num_classes)):
+        if key in data and data[key] != expected:
+            raise SpecError(f"{source}: {key} {data[key]} does not match the data's {expected}")
+    spec = ArchSpec(input_shape, num_classes, tuple(data["layers"]), str(data.get("name", "custom")))
+    return validate(spec)

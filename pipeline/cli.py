@@ -1,0 +1,46 @@
+"""Click options generated from config dataclasses, so a default lives in one place only.
+
+Field ``batch_size`` becomes option ``--batch-size`` and MLproject parameter ``batch_size``;
+a bool field becomes a ``--name/--no-name`` flag. Help text comes from the field's metadata.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import click
+
+
+def opt(default: Any, help: str) -> Any:  # noqa: A002 - mirrors click's keyword
+    """A dataclass field with help text for its command-line option."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def option_name(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def config_options(*classes: type):
+    """Decorator adding one click option per field of each dataclass."""
+
+    def decorate(command):
+        for cls in reversed(classes):
+            for f in reversed(dataclasses.fields(cls)):
+                help_text = f.metadata.get("help", "")
+                if isinstance(f.default, bool):
+                    name = f.name.replace("_", "-")
+                    command = click.option(f"--{name}/--no-{name}", f.name, default=f.default,
+                                           show_default=True, help=help_text)(command)
+                else:
+                    command = click.option(option_name(f.name), f.name, type=type(f.default),
+                                           default=f.default, show_default=True, help=help_text)(command)
+        return command
+
+    return decorate
+
+
+def build_config(cls: type, values: dict[str, Any]):
+    """Instantiate ``cls`` from the click values that belong to it."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})

@@ -1,0 +1,170 @@
+"""The inner loops: one training epoch and one evaluation pass, plain functions with no MLflow.
+
+Batches are taken by index from tensors already in memory; no DataLoader, no per-example
+transforms, so the step is what costs.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from pipeline.data import Split, augment_batch
+
+# How often the training loop looks for a non-finite loss. Reading the loss forces a device
+# sync, so on a GPU it is batched; on a CPU it costs nothing either way.
+DIVERGENCE_CHECK_EVERY = 25
+
+
+class DivergenceError(RuntimeError):
+    """The loss became NaN or infinite; names the epoch and step."""
+
+    def __init__(self, epoch: int, step: int, value: float):
+        self.epoch, self.step, self.value = epoch, step, value
+        super().__init__(f"loss became {value} at epoch {epoch}, global step {step}; lower --lr")
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    if name != "auto":
+        if name.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"--device {name}: CUDA is not available on this machine")
+        if name == "mps" and not torch.backends.mps.is_available():
+            raise ValueError("--device mps: MPS is not available on this machine")
+        if name.split(":")[0] not in ("cpu", "cuda", "mps"):
+            raise ValueError(f"--device {name!r}: use auto, cpu, cuda, cuda:N or mps")
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if deterministic:
+        import os
+
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+    else:
+        torch.backends.cudnn.benchmark = True
+
+
+def cosine_lr(base_lr: float, progress: float, warmup: float) -> float:
+    """Learning rate at ``progress`` in [0, 1] of training: linear warm-up, then cosine to zero.
+
+    A function of progress, not of an optimizer's step counter, so parameter groups added by
+    growth and runs resumed from a checkpoint get the same rate as everything else.
+    """
+    if warmup > 0 and progress < warmup:
+        return base_lr * (progress + 1e-3) / warmup
+    span = max(1e-12, 1.0 - warmup)
+    return base_lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, (progress - warmup) / span)))
+
+
+@dataclass
+class EpochStats:
+    loss: float
+    acc: float
+    examples: int
+    steps: int
+    seconds: float
+    lr: float
+
+
+def train_one_epoch(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    split: Split,
+    positions: torch.Tensor,
+    *,
+    batch_size: int,
+    lr_at: Callable[[float], float],
+    epoch: int,
+    epochs: int,
+    global_step: int,
+    generator: torch.Generator,
+    augment: str = "none",
+    progress_bar: bool = False,
+) -> EpochStats:
+    """One pass over ``positions`` (indices into ``split``) in a random order.
+
+    ``split`` should already be on the model's device; the order is drawn from ``generator``
+    on the CPU so that it is the same on any device.
+    """
+    model.train()
+    device = split.x.device
+    order = positions[torch.randperm(len(positions), generator=generator)].to(device)
+    n_batches = math.ceil(len(order) / batch_size)
+    losses = torch.zeros(n_batches, device=device)
+    correct = torch.zeros((), device=device, dtype=torch.long)
+    start = time.perf_counter()
+    bar = tqdm(range(n_batches), desc=f"epoch {epoch + 1}/{epochs}", leave=False,
+               disable=not progress_bar, mininterval=1.0)
+    lr = lr_at(epoch / epochs)
+    for b in bar:
+        idx = order[b * batch_size: (b + 1) * batch_size]
+        x = augment_batch(split.x[idx], augment, generator)
+        y = split.y[idx]
+        lr = lr_at((epoch + b / n_batches) / epochs)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        logits = model(x)
+        loss = nn.functional.cross_entropy(logits, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses[b] = loss.detach() * len(idx)
+        correct += (logits.detach().argmax(1) == y).sum()
+        if (b + 1) % DIVERGENCE_CHECK_EVERY == 0 or b == n_batches - 1:
+            _check_finite(losses[: b + 1], epoch, global_step)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    n = len(order)
+    return EpochStats(float(losses.sum()) / n, int(correct) / n, n, n_batches, seconds, lr)
+
+
+def _check_finite(losses: torch.Tensor, epoch: int, first_step: int) -> None:
+    finite = torch.isfinite(losses)
+    if not bool(finite.all()):
+        bad = int(torch.nonzero(~finite)[0])
+        raise DivergenceError(epoch, first_step + bad, float(losses[bad]))
+
+
+@dataclass
+class EvalResult:
+    loss: float
+    acc: float
+    per_example_loss: torch.Tensor  # (N,) on CPU
+    correct: torch.Tensor  # (N,) bool on CPU
+    predictions: torch.Tensor  # (N,) int64 on CPU
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, split: Split, batch_size: int = 1024) -> EvalResult:
+    """Loss and accuracy of ``model`` on ``split`` in eval mode, with per-example results."""
+    model.eval()
+    losses, preds = [], []
+    for start in range(0, len(split), batch_size):
+        x = split.x[start: start + batch_size]
+        y = split.y[start: start + batch_size]
+        logits = model(x)
+        losses.append(nn.functional.cross_entropy(logits, y, reduction="none"))
+        preds.append(logits.argmax(1))
+    per_example = torch.cat(losses).float().cpu()
+    predictions = torch.cat(preds).cpu()
+    correct = predictions == split.y.cpu()
+    return EvalResult(float(per_example.mean()), float(correct.float().mean()), per_example, correct, predictions)

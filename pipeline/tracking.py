@@ -1,0 +1,150 @@
+"""MLflow glue: the run context every entry point opens, and helpers that log in one place.
+
+A run ends FINISHED only when its step returned normally. An error ends it FAILED with the
+reason in the ``failure_reason`` tag; Ctrl-C or SIGTERM ends it KILLED.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+
+import click
+import mlflow
+from mlflow.data.code_dataset_source import CodeDatasetSource
+from mlflow.data.meta_dataset import MetaDataset
+
+from pipeline.data import Data
+
+FAILURE_TAG = "failure_reason"
+ENTRY_POINT_TAG = "entry_point"
+
+
+class Terminated(BaseException):
+    """SIGTERM, turned into an exception so the run is closed as KILLED like Ctrl-C."""
+
+
+def _raise_terminated(signum, frame):  # noqa: ARG001
+    raise Terminated()
+
+
+def flat_params(*configs) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for cfg in configs:
+        items = asdict(cfg).items() if is_dataclass(cfg) else dict(cfg).items()
+        for key, value in items:
+            params[key] = json.dumps(value) if isinstance(value, (list, dict, tuple)) else str(value)
+    return params
+
+
+@contextlib.contextmanager
+def tracked_run(entry_point: str, params: dict[str, str], run_name: str | None = None,
+                run_id: str | None = None, tags: dict[str, str] | None = None) -> Iterator[mlflow.ActiveRun]:
+    """Open (or, under ``mlflow run`` or ``--resume``, reopen) the step's run and close it honestly."""
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    run = mlflow.start_run(run_id=run_id, run_name=None if run_id else run_name)
+    try:
+        mlflow.set_tags({ENTRY_POINT_TAG: entry_point, **(tags or {})})
+        if run_id is None or not mlflow.get_run(run.info.run_id).data.params:
+            mlflow.log_params(params)
+        yield run
+    except (KeyboardInterrupt, Terminated):
+        mlflow.set_tag(FAILURE_TAG, "interrupted")
+        mlflow.end_run("KILLED")
+        raise
+    except BaseException as err:
+        mlflow.set_tag(FAILURE_TAG, one_line(err))
+        mlflow.end_run("FAILED")
+        raise
+    else:
+        mlflow.end_run("FINISHED")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return text[:500]
+
+
+def log_dataset(data: Data, context: str = "training") -> None:
+    """Record the data as a run input (filterable in the UI) and its identity as params."""
+    dataset = MetaDataset(CodeDatasetSource({"dataset": data.name}), name=data.name, digest=data.digest)
+    mlflow.log_input(dataset, context=context, tags={f"size_{k}": str(v) for k, v in data.sizes().items()})
+    mlflow.log_params({
+        "data_digest": data.digest,
+        "data_source_digest": data.source_digest,
+        **{f"data_size_{k}": str(v) for k, v in data.sizes().items()},
+    })
+
+
+def log_json(obj, artifact_file: str) -> None:
+    mlflow.log_text(json.dumps(obj, indent=2, sort_keys=True), artifact_file)
+
+
+def log_file(path: Path, artifact_path: str | None = None) -> None:
+    mlflow.log_artifact(str(path), artifact_path)
+
+
+@contextlib.contextmanager
+def scratch_dir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="gcnn-") as tmp:
+        yield Path(tmp)
+
+
+# Errors that are the user's to fix: they get one line and exit code 2, never a traceback.
+def user_errors() -> tuple[type[BaseException], ...]:
+    from models.io import ModelFileError
+    from models.spec import SpecError
+    from pipeline.data import DataError
+    from pipeline.loop import DivergenceError
+    from pipeline.training import CheckpointError, ConfigError
+
+    return (DataError, SpecError, ConfigError, CheckpointError, ModelFileError, DivergenceError,
+            UpstreamError, ValueError)
+
+
+class UpstreamError(ValueError):
+    """An upstream run or artifact that is missing or does not fit this step's data."""
+
+
+def main_guard(fn):
+    """Wrap a click command body: user errors become one line on stderr and exit status 2."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except user_errors() as err:
+            _fail_outer_run(err)
+            click.echo(f"error: {one_line(err)}", err=True)
+            sys.exit(2)
+        except (KeyboardInterrupt, Terminated):
+            click.echo("interrupted: the run is marked KILLED; resume it with --resume RUN_ID", err=True)
+            sys.exit(130)
+
+    return wrapper
+
+
+def _fail_outer_run(err: BaseException) -> None:
+    """Under ``mlflow run`` the run exists before our code; mark it FAILED with the reason
+    even when the error came before ``tracked_run`` opened it."""
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if not run_id:
+        return
+    client = mlflow.MlflowClient()
+    try:
+        run = client.get_run(run_id)
+    except mlflow.exceptions.MlflowException:
+        return
+    if run.info.status == "RUNNING":
+        client.set_tag(run_id, FAILURE_TAG, one_line(err))
+        client.set_terminated(run_id, "FAILED")

@@ -1,0 +1,43 @@
+"""Shared fixtures: a temporary MLflow store per test, and small real data subsets."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from pipeline.data import DataConfig, load_data
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def tracking(tmp_path, monkeypatch):
+    """A fresh SQLite tracking store and artifact root in tmp_path; never the repo's."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
+    mlflow.set_tracking_uri(uri)
+    experiment = mlflow.create_experiment("test", artifact_location=(tmp_path / "artifacts").as_uri())
+    mlflow.set_experiment(experiment_id=experiment)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_ID", experiment)
+    monkeypatch.chdir(tmp_path)
+    yield uri
+    while mlflow.active_run():
+        mlflow.end_run()
+
+
+@pytest.fixture(scope="session")
+def small_data():
+    """A stratified 2,000-example real Fashion-MNIST subset (train, val and test)."""
+    return load_data(DataConfig(subset=2000), include_test=True)
+
+
+def subprocess_env(tracking_uri: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["MLFLOW_TRACKING_URI"] = tracking_uri
+    env["PYTHONPATH"] = str(REPO)
+    return env
