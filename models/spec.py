@@ -95,9 +95,7 @@ def normalise_layer(layer: dict) -> dict:
     if layer_id == HEAD_ID:
         raise SpecError(f"layer id {HEAD_ID!r} is reserved for the classifier head")
     if kind not in LAYER_FIELDS:
-        raise SpecError(
-            f"layer {layer_id!r}: unknown layer type {kind!r} (known: {', '.join(LAYER_TYPES)})"
-        )
+        raise SpecError(f"layer {layer_id!r}: unknown layer type {kind!r} (known: {', '.join(LAYER_TYPES)})")
     fields = LAYER_FIELDS[kind]
     unknown = set(layer) - set(fields) - {"id", "type"}
     if unknown:
@@ -140,9 +138,7 @@ def layer_output_shape(layer: dict, in_shape: tuple[int, ...]) -> tuple[int, ...
         size = _positive_int(layer, "size")
         c, h, w = in_shape
         if h // size < 1 or w // size < 1:
-            raise SpecError(
-                f"layer {lid!r}: pool of size {size} would shrink the {h}x{w} map below 1x1"
-            )
+            raise SpecError(f"layer {lid!r}: pool of size {size} would shrink the {h}x{w} map below 1x1")
         return (c, h // size, w // size)
     if kind == "dropout":
         p = layer["p"]
@@ -182,6 +178,7 @@ def validate(spec: ArchSpec) -> ArchSpec:
 
 
 # --- named specs -------------------------------------------------------------------------
+
 
 def _minimal() -> list[dict]:
     # The seed of every growing run: one conv layer and one fully connected layer.

@@ -1,7 +1,9 @@
 """Click options generated from config dataclasses, so a default lives in one place only.
 
-Field ``batch_size`` becomes option ``--batch-size`` and MLproject parameter ``batch_size``;
-a bool field becomes a ``--name/--no-name`` flag. Help text comes from the field's metadata.
+Field ``batch_size`` becomes option ``--batch-size`` and MLproject parameter ``batch_size``.
+A bool field takes a value (``--deterministic true``) rather than being a bare flag, so that
+MLproject can pass it through as ``--deterministic {deterministic}``. Help text comes from the
+field's metadata.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 import click
 
 
-def opt(default: Any, help: str) -> Any:  # noqa: A002 - mirrors click's keyword
+def opt(default: Any, help: str) -> Any:
     """A dataclass field with help text for its command-line option."""
     return dataclasses.field(default=default, metadata={"help": help})
 
@@ -28,13 +30,15 @@ def config_options(*classes: type):
         for cls in reversed(classes):
             for f in reversed(dataclasses.fields(cls)):
                 help_text = f.metadata.get("help", "")
-                if isinstance(f.default, bool):
-                    name = f.name.replace("_", "-")
-                    command = click.option(f"--{name}/--no-{name}", f.name, default=f.default,
-                                           show_default=True, help=help_text)(command)
-                else:
-                    command = click.option(option_name(f.name), f.name, type=type(f.default),
-                                           default=f.default, show_default=True, help=help_text)(command)
+                kind = click.BOOL if isinstance(f.default, bool) else type(f.default)
+                command = click.option(
+                    option_name(f.name),
+                    f.name,
+                    type=kind,
+                    default=f.default,
+                    show_default=True,
+                    help=help_text,
+                )(command)
         return command
 
     return decorate

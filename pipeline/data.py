@@ -29,8 +29,16 @@ FOLDER_PREFIX = "folder:"
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 
 FASHION_MNIST_CLASSES = [
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
 ]
 # Published MD5 sums of the *decompressed* idx files. Debian re-compresses the .gz files, so
 # the sums of the archives differ between sources while the content must not.
@@ -49,7 +57,9 @@ class DataError(ValueError):
 @dataclass(frozen=True)
 class DataConfig:
     dataset: str = opt("fashion-mnist", "fashion-mnist, mnist, cifar10, or folder:/path (ImageFolder layout)")
-    data_dir: str = opt("", "where the dataset files are; empty: the cache, Debian's package, then a download")
+    data_dir: str = opt(
+        "", "where the dataset files are; empty: the cache, Debian's package, then a download"
+    )
     val_size: int = opt(5000, "validation examples held out of the training set (stratified)")
     # Fixed apart from the training seed, so runs with different seeds share one split.
     split_seed: int = opt(0, "seed of the train/validation split")
@@ -117,6 +127,7 @@ def default_cache_dir() -> Path:
 
 # --- idx files (MNIST format) -------------------------------------------------------------
 
+
 def read_idx(path: Path, expected_md5: str | None) -> np.ndarray:
     """Read one idx file (optionally .gz), verifying its decompressed MD5; errors name the file."""
     try:
@@ -135,7 +146,7 @@ def read_idx(path: Path, expected_md5: str | None) -> np.ndarray:
     if len(raw) < 8:
         raise DataError(f"{path} is truncated: {len(raw)} bytes")
     ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     count = int(np.prod(dims))
     header = 4 + 4 * ndim
     if raw[:3] != b"\x00\x00\x08" or len(raw) != header + count:
@@ -144,9 +155,12 @@ def read_idx(path: Path, expected_md5: str | None) -> np.ndarray:
 
 
 def _find_idx(directory: Path, stem: str) -> Path | None:
-    for candidate in (directory / stem, directory / f"{stem}.gz",
-                      directory / "FashionMNIST" / "raw" / stem,
-                      directory / "FashionMNIST" / "raw" / f"{stem}.gz"):
+    for candidate in (
+        directory / stem,
+        directory / f"{stem}.gz",
+        directory / "FashionMNIST" / "raw" / stem,
+        directory / "FashionMNIST" / "raw" / f"{stem}.gz",
+    ):
         if candidate.is_file():
             return candidate
     return None
@@ -194,18 +208,25 @@ def _raw(train_x, train_y, test_x, test_y, classes) -> RawData:
         tx, vx = tx[:, None], vx[:, None]
     ty, vy = np.asarray(train_y, dtype=np.int64), np.asarray(test_y, dtype=np.int64)
     return RawData(
-        torch.from_numpy(np.array(tx)), torch.from_numpy(ty),
-        torch.from_numpy(np.array(vx)), torch.from_numpy(vy),
-        tuple(classes), _digest(tx, ty, vx, vy),
+        torch.from_numpy(np.array(tx)),
+        torch.from_numpy(ty),
+        torch.from_numpy(np.array(vx)),
+        torch.from_numpy(vy),
+        tuple(classes),
+        _digest(tx, ty, vx, vy),
     )
 
 
 def load_fashion_mnist(data_dir: str = "") -> RawData:
     directory = _fashion_mnist_dir(data_dir)
     arrays = {stem: read_idx(_find_idx(directory, stem), md5) for stem, md5 in FASHION_MNIST_MD5.items()}
-    return _raw(arrays["train-images-idx3-ubyte"], arrays["train-labels-idx1-ubyte"],
-                arrays["t10k-images-idx3-ubyte"], arrays["t10k-labels-idx1-ubyte"],
-                FASHION_MNIST_CLASSES)
+    return _raw(
+        arrays["train-images-idx3-ubyte"],
+        arrays["train-labels-idx1-ubyte"],
+        arrays["t10k-images-idx3-ubyte"],
+        arrays["t10k-labels-idx1-ubyte"],
+        FASHION_MNIST_CLASSES,
+    )
 
 
 def load_torchvision(name: str, data_dir: str = "") -> RawData:
@@ -220,7 +241,9 @@ def load_torchvision(name: str, data_dir: str = "") -> RawData:
     except RuntimeError as err:
         raise DataError(f"{name} could not be loaded from {root}: {err}") from None
     except Exception as err:
-        raise DataError(f"{name} is not in {root} and could not be downloaded ({type(err).__name__})") from None
+        raise DataError(
+            f"{name} is not in {root} and could not be downloaded ({type(err).__name__})"
+        ) from None
     tx, vx = np.asarray(train.data), np.asarray(test.data)
     if tx.ndim == 4:  # CIFAR stores (N, H, W, C)
         tx, vx = tx.transpose(0, 3, 1, 2), vx.transpose(0, 3, 1, 2)
@@ -277,7 +300,9 @@ def load_folder(path: str, test_fraction: float = 1 / 6, seed: int = 0) -> RawDa
     else:
         x, y, classes, _, _ = _read_image_folder(root, None, None)
         generator = torch.Generator().manual_seed(seed)
-        test_idx = stratified_sample(torch.from_numpy(y), max(len(classes), round(len(y) * test_fraction)), generator)
+        test_idx = stratified_sample(
+            torch.from_numpy(y), max(len(classes), round(len(y) * test_fraction)), generator
+        )
         mask = np.ones(len(y), dtype=bool)
         mask[test_idx.numpy()] = False
         tx, ty, vx, vy = x[mask], y[mask], x[~mask], y[~mask]
@@ -294,13 +319,12 @@ def load_raw(dataset: str, data_dir: str = "") -> RawData:
     if dataset in ("mnist", "cifar10"):
         return load_torchvision(dataset, data_dir)
     if dataset.startswith(FOLDER_PREFIX):
-        return load_folder(dataset[len(FOLDER_PREFIX):])
-    raise DataError(
-        f"unknown dataset {dataset!r} (known: {', '.join(BUILTIN_DATASETS)}, or folder:/path)"
-    )
+        return load_folder(dataset[len(FOLDER_PREFIX) :])
+    raise DataError(f"unknown dataset {dataset!r} (known: {', '.join(BUILTIN_DATASETS)}, or folder:/path)")
 
 
 # --- splits ------------------------------------------------------------------------------
+
 
 def stratified_sample(y: torch.Tensor, n: int, generator: torch.Generator) -> torch.Tensor:
     """Sorted positions of a stratified random sample of ``n`` of the labels ``y``.
@@ -346,7 +370,9 @@ def make_splits(raw: RawData, cfg: DataConfig, include_test: bool) -> Data:
     if cfg.subset:
         if cfg.subset < 2 * len(raw.classes):
             raise DataError(f"--subset {cfg.subset} is too small for {len(raw.classes)} classes")
-        train_pos = train_pos[stratified_sample(raw.train_y[train_pos], min(cfg.subset, len(train_pos)), generator)]
+        train_pos = train_pos[
+            stratified_sample(raw.train_y[train_pos], min(cfg.subset, len(train_pos)), generator)
+        ]
         val_pos = val_pos[stratified_sample(raw.train_y[val_pos], min(cfg.subset, len(val_pos)), generator)]
         test_pos = test_pos[stratified_sample(raw.test_y, min(cfg.subset, len(test_pos)), generator)]
 
@@ -360,7 +386,10 @@ def make_splits(raw: RawData, cfg: DataConfig, include_test: bool) -> Data:
         return Split(_normalise(x[pos], mean, std), y[pos].clone(), pos.clone())
 
     digest = _digest(
-        np.frombuffer(raw.digest.encode(), dtype=np.uint8), train_pos, val_pos, test_pos,
+        np.frombuffer(raw.digest.encode(), dtype=np.uint8),
+        train_pos,
+        val_pos,
+        test_pos,
     )
     return Data(
         name=_dataset_name(cfg.dataset),
@@ -375,7 +404,7 @@ def make_splits(raw: RawData, cfg: DataConfig, include_test: bool) -> Data:
 
 def _dataset_name(dataset: str) -> str:
     if dataset.startswith(FOLDER_PREFIX):
-        return "folder-" + Path(dataset[len(FOLDER_PREFIX):]).name
+        return "folder-" + Path(dataset[len(FOLDER_PREFIX) :]).name
     return dataset
 
 
@@ -401,5 +430,5 @@ def augment_batch(x: torch.Tensor, kind: str, generator: torch.Generator | None 
         padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))
         dx, dy = (torch.randint(0, 2 * pad + 1, (2,), generator=generator)).tolist()
         # One shift per batch keeps this a single slice; batches differ, so examples still vary.
-        x = padded[:, :, dy: dy + x.shape[2], dx: dx + x.shape[3]]
+        x = padded[:, :, dy : dy + x.shape[2], dx : dx + x.shape[3]]
     return x

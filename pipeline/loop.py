@@ -111,11 +111,16 @@ def train_one_epoch(
     losses = torch.zeros(n_batches, device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
     start = time.perf_counter()
-    bar = tqdm(range(n_batches), desc=f"epoch {epoch + 1}/{epochs}", leave=False,
-               disable=not progress_bar, mininterval=1.0)
+    bar = tqdm(
+        range(n_batches),
+        desc=f"epoch {epoch + 1}/{epochs}",
+        leave=False,
+        disable=not progress_bar,
+        mininterval=1.0,
+    )
     lr = lr_at(epoch / epochs)
     for b in bar:
-        idx = order[b * batch_size: (b + 1) * batch_size]
+        idx = order[b * batch_size : (b + 1) * batch_size]
         x = augment_batch(split.x[idx], augment, generator)
         y = split.y[idx]
         lr = lr_at((epoch + b / n_batches) / epochs)
@@ -159,12 +164,14 @@ def evaluate(model: nn.Module, split: Split, batch_size: int = 1024) -> EvalResu
     model.eval()
     losses, preds = [], []
     for start in range(0, len(split), batch_size):
-        x = split.x[start: start + batch_size]
-        y = split.y[start: start + batch_size]
+        x = split.x[start : start + batch_size]
+        y = split.y[start : start + batch_size]
         logits = model(x)
         losses.append(nn.functional.cross_entropy(logits, y, reduction="none"))
         preds.append(logits.argmax(1))
     per_example = torch.cat(losses).float().cpu()
     predictions = torch.cat(preds).cpu()
     correct = predictions == split.y.cpu()
-    return EvalResult(float(per_example.mean()), float(correct.float().mean()), per_example, correct, predictions)
+    return EvalResult(
+        float(per_example.mean()), float(correct.float().mean()), per_example, correct, predictions
+    )

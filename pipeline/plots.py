@@ -7,11 +7,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 
-def learning_curves(history: list[dict], path: Path, events: list[dict] | None = None,
-                    title: str = "") -> Path:
+def learning_curves(
+    history: list[dict], path: Path, events: list[dict] | None = None, title: str = ""
+) -> Path:
     """Loss and accuracy per epoch, train and validation, with growth events as vertical lines."""
     epochs = [h["epoch"] + 1 for h in history]
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
@@ -27,8 +28,14 @@ def learning_curves(history: list[dict], path: Path, events: list[dict] | None =
         for ax in (ax_loss, ax_acc):
             # An event at epoch e happens before epoch e runs, i.e. between points e and e+1.
             ax.axvline(event["epoch"] + 0.5, color="grey", linestyle=":", linewidth=1)
-        ax_acc.annotate(event.get("label", event.get("op", "")), (event["epoch"] + 0.5, 0.02),
-                        xycoords=("data", "axes fraction"), rotation=90, fontsize=7, color="grey")
+        ax_acc.annotate(
+            event.get("label", event.get("op", "")),
+            (event["epoch"] + 0.5, 0.02),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            fontsize=7,
+            color="grey",
+        )
     ax_loss.set(xlabel="epoch", ylabel="cross-entropy", title="loss")
     ax_acc.set(xlabel="epoch", ylabel="accuracy", title="accuracy")
     for ax in (ax_loss, ax_acc):

@@ -56,11 +56,14 @@ def resume_checkpoint(run_id: str, entry_point: str, dest: Path) -> Path:
     if run.info.status == "FINISHED":
         raise UpstreamError(f"--resume {run_id} already FINISHED; there is nothing to continue")
     try:
-        path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=CHECKPOINT_ARTIFACT,
-                                                   dst_path=str(dest))
+        path = mlflow.artifacts.download_artifacts(
+            run_id=run_id, artifact_path=CHECKPOINT_ARTIFACT, dst_path=str(dest)
+        )
     except (mlflow.exceptions.MlflowException, OSError):
-        raise UpstreamError(f"--resume {run_id}: the run has no checkpoint yet (it stopped "
-                            "before finishing its first epoch); start it again instead") from None
+        raise UpstreamError(
+            f"--resume {run_id}: the run has no checkpoint yet (it stopped "
+            "before finishing its first epoch); start it again instead"
+        ) from None
     return Path(path)
 
 
@@ -84,13 +87,16 @@ def train_and_log(
             ckpt = resume_checkpoint(resume_run_id, entry_point, tmp / "resume")
             state = load_checkpoint(ckpt, cfg, plan, device)
             if state.epoch >= cfg.epochs:
-                raise UpstreamError(f"--resume {resume_run_id}: its checkpoint is at epoch {state.epoch}"
-                                    f" of {cfg.epochs}; nothing is left to train")
+                raise UpstreamError(
+                    f"--resume {resume_run_id}: its checkpoint is at epoch {state.epoch}"
+                    f" of {cfg.epochs}; nothing is left to train"
+                )
         else:
             state = new_state(spec, cfg, device)
         train_split, val_split = data.train.to(device), data.val.to(device)
-        on_device = Data(data.name, data.classes, train_split, val_split, None,
-                         data.source_digest, data.digest)
+        on_device = Data(
+            data.name, data.classes, train_split, val_split, None, data.source_digest, data.digest
+        )
         ckpt_path = tmp / "last.pt"
 
         def log_epoch(epoch: int, metrics: dict, _state: FitState) -> None:
@@ -101,12 +107,25 @@ def train_and_log(
             mlflow.log_artifact(str(ckpt_path), "checkpoints")
 
         start = time.perf_counter()
-        state = fit(state, on_device, cfg, plan, val_tiers=val_tiers, on_epoch=log_epoch,
-                    checkpoint=checkpoint, progress_bar=progress_bar)
+        state = fit(
+            state,
+            on_device,
+            cfg,
+            plan,
+            val_tiers=val_tiers,
+            on_epoch=log_epoch,
+            checkpoint=checkpoint,
+            progress_bar=progress_bar,
+        )
         total_s = time.perf_counter() - start
         log_final_artifacts(state, plan, tmp, title=f"{entry_point}: {spec.name}")
-    mlflow.log_metrics({"time/total_s": state.cumulative_s, "time/this_process_s": total_s,
-                        "final/val_acc": state.history[-1]["val/acc"]})
+    mlflow.log_metrics(
+        {
+            "time/total_s": state.cumulative_s,
+            "time/this_process_s": total_s,
+            "final/val_acc": state.history[-1]["val/acc"],
+        }
+    )
     return TrainingOutcome(state, total_s)
 
 

@@ -31,7 +31,7 @@ class Terminated(BaseException):
     """SIGTERM, turned into an exception so the run is closed as KILLED like Ctrl-C."""
 
 
-def _raise_terminated(signum, frame):  # noqa: ARG001
+def _raise_terminated(signum, frame):
     raise Terminated()
 
 
@@ -40,20 +40,34 @@ def flat_params(*configs) -> dict[str, str]:
     for cfg in configs:
         items = asdict(cfg).items() if is_dataclass(cfg) else dict(cfg).items()
         for key, value in items:
-            params[key] = json.dumps(value) if isinstance(value, (list, dict, tuple)) else str(value)
+            if isinstance(value, bool):
+                params[key] = str(value).lower()  # as MLproject and the CLI spell it
+            elif isinstance(value, (list, dict, tuple)):
+                params[key] = json.dumps(value)
+            else:
+                params[key] = str(value)
     return params
 
 
 @contextlib.contextmanager
-def tracked_run(entry_point: str, params: dict[str, str], run_name: str | None = None,
-                run_id: str | None = None, tags: dict[str, str] | None = None) -> Iterator[mlflow.ActiveRun]:
+def tracked_run(
+    entry_point: str,
+    params: dict[str, str],
+    run_name: str | None = None,
+    run_id: str | None = None,
+    tags: dict[str, str] | None = None,
+) -> Iterator[mlflow.ActiveRun]:
     """Open (or, under ``mlflow run`` or ``--resume``, reopen) the step's run and close it honestly."""
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     run = mlflow.start_run(run_id=run_id, run_name=None if run_id else run_name)
     try:
         mlflow.set_tags({ENTRY_POINT_TAG: entry_point, **(tags or {})})
-        if run_id is None or not mlflow.get_run(run.info.run_id).data.params:
-            mlflow.log_params(params)
+        # `mlflow run` has already logged the parameters it passed (in its own spelling, and
+        # MLflow refuses to change a logged value); log only the ones still missing.
+        logged = mlflow.get_run(run.info.run_id).data.params
+        missing = {k: v for k, v in params.items() if k not in logged}
+        if missing:
+            mlflow.log_params(missing)
         yield run
     except (KeyboardInterrupt, Terminated):
         mlflow.set_tag(FAILURE_TAG, "interrupted")
@@ -78,11 +92,13 @@ def log_dataset(data: Data, context: str = "training") -> None:
     """Record the data as a run input (filterable in the UI) and its identity as params."""
     dataset = MetaDataset(CodeDatasetSource({"dataset": data.name}), name=data.name, digest=data.digest)
     mlflow.log_input(dataset, context=context, tags={f"size_{k}": str(v) for k, v in data.sizes().items()})
-    mlflow.log_params({
-        "data_digest": data.digest,
-        "data_source_digest": data.source_digest,
-        **{f"data_size_{k}": str(v) for k, v in data.sizes().items()},
-    })
+    mlflow.log_params(
+        {
+            "data_digest": data.digest,
+            "data_source_digest": data.source_digest,
+            **{f"data_size_{k}": str(v) for k, v in data.sizes().items()},
+        }
+    )
 
 
 def log_json(obj, artifact_file: str) -> None:
@@ -107,8 +123,16 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from pipeline.loop import DivergenceError
     from pipeline.training import CheckpointError, ConfigError
 
-    return (DataError, SpecError, ConfigError, CheckpointError, ModelFileError, DivergenceError,
-            UpstreamError, ValueError)
+    return (
+        DataError,
+        SpecError,
+        ConfigError,
+        CheckpointError,
+        ModelFileError,
+        DivergenceError,
+        UpstreamError,
+        ValueError,
+    )
 
 
 class UpstreamError(ValueError):

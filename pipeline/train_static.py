@@ -1,7 +1,7 @@
 """train_static: train one fixed architecture and log everything about it.
 
-    python -m pipeline.train_static --spec default --epochs 12
-    mlflow run . -e train_static --env-manager local -P spec=minimal
+python -m pipeline.train_static --spec default --epochs 12
+mlflow run . -e train_static --env-manager local -P spec=minimal
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ class StaticConfig:
     progress: bool = opt(True, "show a progress bar per epoch")
 
 
+CONFIGS = (DataConfig, TrainConfig, StaticConfig)
+
+
 def prepare(data_cfg: DataConfig, train_cfg: TrainConfig, static_cfg: StaticConfig) -> tuple[Data, ArchSpec]:
     """Validate every input before any training: options, data, spec."""
     train_cfg.validate()
@@ -39,22 +42,39 @@ def prepare(data_cfg: DataConfig, train_cfg: TrainConfig, static_cfg: StaticConf
 def run(data_cfg: DataConfig, train_cfg: TrainConfig, static_cfg: StaticConfig) -> TrainingOutcome:
     data, spec = prepare(data_cfg, train_cfg, static_cfg)
     params = flat_params(data_cfg, train_cfg, static_cfg)
-    with tracked_run(ENTRY_POINT, params, run_name=static_cfg.run_name or None,
-                     run_id=static_cfg.resume or None, tags={"spec_name": spec.name}):
+    with tracked_run(
+        ENTRY_POINT,
+        params,
+        run_name=static_cfg.run_name or None,
+        run_id=static_cfg.resume or None,
+        tags={"spec_name": spec.name},
+    ):
         log_dataset(data)
-        return train_and_log(data, spec, train_cfg, TrainingPlan(), resume_run_id=static_cfg.resume,
-                             entry_point=ENTRY_POINT, progress_bar=static_cfg.progress)
+        return train_and_log(
+            data,
+            spec,
+            train_cfg,
+            TrainingPlan(),
+            resume_run_id=static_cfg.resume,
+            entry_point=ENTRY_POINT,
+            progress_bar=static_cfg.progress,
+        )
 
 
 @click.command(name=ENTRY_POINT, help=__doc__)
-@config_options(DataConfig, TrainConfig, StaticConfig)
+@config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:
-    outcome = run(build_config(DataConfig, values), build_config(TrainConfig, values),
-                  build_config(StaticConfig, values))
+    outcome = run(
+        build_config(DataConfig, values),
+        build_config(TrainConfig, values),
+        build_config(StaticConfig, values),
+    )
     last = outcome.state.history[-1]
-    click.echo(f"val/acc {last['val/acc']:.4f} after {outcome.state.epoch} epochs "
-               f"in {outcome.state.cumulative_s:.1f}s")
+    click.echo(
+        f"val/acc {last['val/acc']:.4f} after {outcome.state.epoch} epochs "
+        f"in {outcome.state.cumulative_s:.1f}s"
+    )
 
 
 if __name__ == "__main__":

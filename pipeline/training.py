@@ -67,11 +67,18 @@ class TrainConfig:
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     """One parameter group in ``model.parameters()`` order, so a checkpoint's optimizer state
     always maps back onto a model rebuilt from the checkpoint's spec."""
-    return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                           weight_decay=cfg.weight_decay, nesterov=cfg.momentum > 0)
+    return torch.optim.SGD(
+        model.parameters(),
+        lr=cfg.lr,
+        momentum=cfg.momentum,
+        weight_decay=cfg.weight_decay,
+        nesterov=cfg.momentum > 0,
+    )
 
 
-def rebuild_optimizer(old: torch.optim.Optimizer, model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+def rebuild_optimizer(
+    old: torch.optim.Optimizer, model: nn.Module, cfg: TrainConfig
+) -> torch.optim.Optimizer:
     """A fresh optimizer over ``model``'s current parameters that keeps the state (momentum
     buffers) of every parameter the old one already had; new parameters start with none."""
     new = make_optimizer(model, cfg)
@@ -88,8 +95,12 @@ class TrainingPlan:
     epoch's examples; their state must be JSON-serialisable so checkpoints can hold it.
     """
 
-    def before_epoch(self, epoch: int, model: SpecNet, optimizer: torch.optim.Optimizer,
-                     ) -> tuple[SpecNet, torch.optim.Optimizer, list[dict]]:
+    def before_epoch(
+        self,
+        epoch: int,
+        model: SpecNet,
+        optimizer: torch.optim.Optimizer,
+    ) -> tuple[SpecNet, torch.optim.Optimizer, list[dict]]:
         return model, optimizer, []
 
     def positions(self, epoch: int, model: SpecNet, data: Data) -> torch.Tensor:
@@ -125,8 +136,15 @@ class ArchitectureTrace:
                 key = existing
                 break
         self.specs.setdefault(key, spec.to_dict())
-        self.epochs.append({"epoch": epoch, "spec": key, "params": params,
-                            "flops_forward": flops["forward"], "flops_train": flops["train"]})
+        self.epochs.append(
+            {
+                "epoch": epoch,
+                "spec": key,
+                "params": params,
+                "flops_forward": flops["forward"],
+                "flops_train": flops["train"],
+            }
+        )
 
     def to_dict(self) -> dict:
         return {"specs": self.specs, "epochs": self.epochs, "events": self.events}
@@ -179,7 +197,7 @@ def fit(
     ``on_epoch(epoch, metrics, state)`` sees every epoch's metrics (logging, pruning);
     ``checkpoint`` is called after each finished epoch.
     """
-    lr_at = lambda progress: cosine_lr(cfg.lr, progress, cfg.warmup)  # noqa: E731
+    lr_at = lambda progress: cosine_lr(cfg.lr, progress, cfg.warmup)
     flops = flops_per_example(state.model, data.input_shape)
     for epoch in range(state.epoch, cfg.epochs):
         epoch_start = time.perf_counter()
@@ -190,9 +208,17 @@ def fit(
         state.trace.events.extend(events)
         positions = plan.positions(epoch, state.model, data)
         stats = train_one_epoch(
-            state.model, state.optimizer, data.train, positions,
-            batch_size=cfg.batch_size, lr_at=lr_at, epoch=epoch, epochs=cfg.epochs,
-            global_step=state.global_step, generator=state.generator, augment=cfg.augment,
+            state.model,
+            state.optimizer,
+            data.train,
+            positions,
+            batch_size=cfg.batch_size,
+            lr_at=lr_at,
+            epoch=epoch,
+            epochs=cfg.epochs,
+            global_step=state.global_step,
+            generator=state.generator,
+            augment=cfg.augment,
             progress_bar=progress_bar,
         )
         val = evaluate(state.model, data.val, cfg.eval_batch_size)
@@ -229,6 +255,7 @@ def fit(
 
 
 # --- checkpoints -------------------------------------------------------------------------
+
 
 def checkpoint_dict(state: FitState, plan: TrainingPlan, cfg: TrainConfig) -> dict:
     """A checkpoint of plain containers and tensors, loadable with ``weights_only=True``."""
@@ -272,8 +299,10 @@ def load_checkpoint(path: Path, cfg: TrainConfig, plan: TrainingPlan, device: to
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # truncated zip, foreign pickle: all mean "not a checkpoint"
-        raise CheckpointError(f"checkpoint {path} is unreadable or unsafe ({type(err).__name__}: "
-                              f"{str(err).splitlines()[0][:200]})") from None
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable or unsafe ({type(err).__name__}: "
+            f"{str(err).splitlines()[0][:200]})"
+        ) from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"checkpoint {path} is not a checkpoint of this pipeline")
     model = build_model(ArchSpec.from_dict(json.loads(ckpt["spec"])))
@@ -292,10 +321,15 @@ def load_checkpoint(path: Path, cfg: TrainConfig, plan: TrainingPlan, device: to
     if ckpt["rng_cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
     return FitState(
-        model=model, optimizer=optimizer, epoch=ckpt["epoch"], global_step=ckpt["global_step"],
-        cumulative_s=ckpt["cumulative_s"], cumulative_train_flops=ckpt["cumulative_train_flops"],
+        model=model,
+        optimizer=optimizer,
+        epoch=ckpt["epoch"],
+        global_step=ckpt["global_step"],
+        cumulative_s=ckpt["cumulative_s"],
+        cumulative_train_flops=ckpt["cumulative_train_flops"],
         history=json.loads(ckpt["history"]),
-        trace=ArchitectureTrace.from_dict(json.loads(ckpt["trace"])), generator=generator,
+        trace=ArchitectureTrace.from_dict(json.loads(ckpt["trace"])),
+        generator=generator,
     )
 
 

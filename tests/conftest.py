@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import mlflow
@@ -40,4 +41,6 @@ def subprocess_env(tracking_uri: str) -> dict[str, str]:
     env = dict(os.environ)
     env["MLFLOW_TRACKING_URI"] = tracking_uri
     env["PYTHONPATH"] = str(REPO)
+    # `mlflow run --env-manager local` runs `python -m ...` from PATH: make that the venv's.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return env

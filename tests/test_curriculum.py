@@ -1,0 +1,281 @@
+"""Pacing functions (properties), curriculum orders and their controls, tiers, self-paced."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from models.builder import build_model
+from models.spec import resolve_spec
+from pipeline.curriculum import PACINGS, Curriculum, CurriculumError, get_pacing
+from pipeline.data import Data, Split
+from pipeline.loop import evaluate
+
+N = 600
+fractions = st.floats(min_value=0.0, max_value=1.0, exclude_min=True, allow_nan=False)
+progress = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
+
+
+@pytest.fixture(scope="module")
+def difficulty() -> torch.Tensor:
+    return torch.rand(N, generator=torch.Generator().manual_seed(1))  # (N,)
+
+
+@pytest.fixture(scope="module")
+def tiers(difficulty) -> torch.Tensor:
+    # Terciles of the difficulty, as the score step makes them: 200 examples per tier.
+    rank = torch.argsort(torch.argsort(difficulty))
+    return rank * 3 // N  # (N,) 0/1/2
+
+
+def tiny_data(n: int, seed: int = 0) -> Data:
+    g = torch.Generator().manual_seed(seed)
+    split = Split(
+        torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g), torch.arange(n)
+    )
+    return Data("random", [str(c) for c in range(10)], split, split, None, "src", "digest")
+
+
+# --- pacing functions --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(PACINGS))
+@settings(max_examples=150, deadline=None)
+@given(a=fractions, b=fractions, t1=progress, t2=progress)
+def test_pacing_is_monotone_from_b_to_exactly_one(name, a, b, t1, t2):
+    g = PACINGS[name]
+    lo, hi = sorted((t1, t2))
+    assert b <= g(lo, a, b) <= g(hi, a, b) <= 1.0
+    assert g(0.0, a, b) == pytest.approx(b, abs=1e-9)
+    assert g(a, a, b) == 1.0
+    assert g(max(a, hi), a, b) == 1.0
+
+
+def test_pacings_follow_the_papers_shapes():
+    a, b = 0.5, 0.2
+    half = {name: g(0.25, a, b) for name, g in PACINGS.items()}  # halfway to a
+    assert half["linear"] == pytest.approx(0.6)
+    assert half["quad"] == pytest.approx(0.2 + 0.8 * 0.25)
+    assert half["root"] == pytest.approx(0.2 + 0.8 * math.sqrt(0.5))
+    assert half["step"] == b
+    assert half["exp"] < half["quad"] < half["linear"] < half["root"] < half["log"]
+
+
+@pytest.mark.parametrize(("a", "b"), [(0.0, 0.5), (1.5, 0.5), (0.5, 0.0), (0.5, float("nan"))])
+def test_pacing_rejects_fractions_outside_unit_interval(a, b):
+    with pytest.raises(CurriculumError, match=r"must be a fraction in \(0, 1\]"):
+        PACINGS["linear"](0.1, a, b)
+
+
+def test_unknown_names_list_the_known_ones(difficulty):
+    with pytest.raises(ValueError, match="known: linear, quad, root, step, exp, log"):
+        get_pacing("cosine")
+    with pytest.raises(ValueError, match=r"known: none, tiers, linear.*self-paced"):
+        Curriculum(difficulty, pacing="cosine")
+    with pytest.raises(ValueError, match="known: curriculum, anti, random"):
+        Curriculum(difficulty, pacing="linear", order="reverse")
+
+
+# --- difficulty-sorted pacings and their controls ----------------------------------------
+
+
+@pytest.mark.parametrize("pacing", list(PACINGS))
+def test_controls_use_the_curriculums_count_every_epoch(pacing, difficulty, tiers):
+    epochs = 10
+    made = {
+        order: Curriculum(difficulty, tiers, pacing=pacing, order=order, a=0.6, b=0.1)
+        for order in ("curriculum", "anti", "random")
+    }
+    for epoch in range(epochs):
+        counts = {order: len(c.positions(epoch, epochs)) for order, c in made.items()}
+        expected = math.ceil(round(PACINGS[pacing](epoch / epochs, 0.6, 0.1) * N, 6))
+        assert counts == dict.fromkeys(made, expected)
+    assert len(made["curriculum"].positions(epochs - 1, epochs)) == N  # t = 0.9 >= a
+
+
+def test_curriculum_takes_the_easiest_and_anti_the_hardest(difficulty):
+    easy = Curriculum(difficulty, pacing="linear", order="curriculum", b=0.25).positions(0, 10)
+    hard = Curriculum(difficulty, pacing="linear", order="anti", b=0.25).positions(0, 10)
+    rand = Curriculum(difficulty, pacing="linear", order="random", b=0.25).positions(0, 10)
+    assert len(easy) == len(hard) == len(rand) == N // 4
+    chosen = torch.zeros(N, dtype=torch.bool)
+    chosen[easy] = True
+    assert difficulty[chosen].max() <= difficulty[~chosen].min()  # exactly the easiest quarter
+    assert difficulty[easy].mean() < difficulty[rand].mean() < difficulty[hard].mean()
+    assert torch.equal(easy, easy.sort().values) and easy.dtype == torch.long
+
+
+def test_ties_are_broken_by_position():
+    flat = torch.zeros(10)
+    for order in ("curriculum", "anti"):
+        c = Curriculum(flat, pacing="linear", order=order, b=0.3)
+        assert c.positions(0, 4).tolist() == [0, 1, 2]
+
+
+def test_same_seed_same_positions_and_other_seed_others(difficulty):
+    make = lambda seed: Curriculum(difficulty, pacing="root", order="random", b=0.3, seed=seed)
+    for epoch in range(5):
+        assert torch.equal(make(3).positions(epoch, 5), make(3).positions(epoch, 5))
+    assert not torch.equal(make(3).positions(0, 5), make(4).positions(0, 5))
+    # Nested: an epoch's random examples stay in use in every later epoch.
+    c = make(3)
+    earlier = set(c.positions(0, 5).tolist())
+    assert earlier <= set(c.positions(1, 5).tolist())
+
+
+def test_none_uses_everything(difficulty):
+    c = Curriculum(pacing="none")
+    assert torch.equal(c.positions(0, 3, data=tiny_data(50)), torch.arange(50))
+    assert c.epoch_info(0, 3) == {"curriculum/fraction": 1.0}
+
+
+# --- tiers -------------------------------------------------------------------------------
+
+
+def test_tiers_add_medium_then_hard_at_the_boundaries(difficulty, tiers):
+    c = Curriculum(difficulty, tiers, pacing="tiers", boundaries=[2, 4])
+    expect = {0: {0}, 1: {0}, 2: {0, 1}, 3: {0, 1}, 4: {0, 1, 2}, 5: {0, 1, 2}}
+    for epoch, allowed in expect.items():
+        pos = c.positions(epoch, 6)
+        assert set(tiers[pos].tolist()) == allowed
+        assert len(pos) == sum(int((tiers == t).sum()) for t in allowed)  # every example of each tier
+
+
+def test_tiers_anti_is_hard_first_and_random_matches_counts(difficulty, tiers):
+    anti = Curriculum(difficulty, tiers, pacing="tiers", order="anti", boundaries=[2, 4])
+    rand = Curriculum(difficulty, tiers, pacing="tiers", order="random", boundaries=[2, 4])
+    assert set(tiers[anti.positions(0, 6)].tolist()) == {2}
+    assert set(tiers[anti.positions(2, 6)].tolist()) == {1, 2}
+    for epoch, expected in ((0, 200), (3, 400), (5, 600)):
+        assert len(anti.positions(epoch, 6)) == len(rand.positions(epoch, 6)) == expected
+    assert set(tiers[rand.positions(0, 6)].tolist()) == {0, 1, 2}
+
+
+def test_tiers_default_boundaries_are_thirds_of_a_times_epochs(tiers):
+    assert Curriculum(tiers=tiers, pacing="tiers", a=0.75).tier_boundaries(12) == [3, 6]
+    assert Curriculum(tiers=tiers, pacing="tiers", a=1.0).tier_boundaries(10) == [4, 7]
+
+
+def test_unbalanced_tier_controls_still_match_counts():
+    tiers = torch.tensor([0] * 6 + [1] * 3 + [2] * 1)
+    anti = Curriculum(tiers=tiers, pacing="tiers", order="anti", boundaries=[1, 2])
+    assert len(anti.positions(0, 3)) == 6  # as many as the easy tier: hard first, then medium
+    assert sorted(tiers[anti.positions(0, 3)].tolist()) == [0, 0, 1, 1, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("boundaries", "message"),
+    [
+        ([5, 3], "in order"),
+        ([-1, 3], "non-negative"),
+        ([2], "two epochs"),
+        ([2, 12], "tier boundary epoch 12 is past the last epoch 11 of --epochs 12"),
+    ],
+)
+def test_bad_tier_boundaries_fail_with_a_reason(tiers, boundaries, message):
+    with pytest.raises(CurriculumError, match=message):
+        Curriculum(tiers=tiers, pacing="tiers", boundaries=boundaries).validate(12)
+
+
+# --- inputs ------------------------------------------------------------------------------
+
+
+def test_bad_inputs_fail_with_one_line_reasons(difficulty, tiers):
+    cases = [
+        (
+            lambda: Curriculum(difficulty, tiers[:-1], pacing="linear"),
+            "difficulty has 600 rows but tiers has 599",
+        ),
+        (lambda: Curriculum(torch.tensor([0.1, float("nan")]), pacing="linear"), "NaN score"),
+        (lambda: Curriculum(tiers=torch.tensor([0, 3]), pacing="tiers"), "tiers must be 0, 1 or 2"),
+        (lambda: Curriculum(tiers=torch.tensor([0.0, 1.0]), pacing="tiers"), "integer tensor"),
+        (lambda: Curriculum(pacing="tiers"), "needs tiers"),
+        (lambda: Curriculum(tiers=tiers, pacing="linear"), "needs difficulty"),
+        (lambda: Curriculum(difficulty, pacing="linear", a=1.2), r"a=1.2 must be a fraction"),
+        (
+            lambda: Curriculum(difficulty, pacing="linear").positions(0, 2, data=tiny_data(10)),
+            "cover 600 examples but the training split has 10",
+        ),
+        (lambda: Curriculum(difficulty, pacing="linear").positions(2, 2), "epoch 2 is outside 0..1"),
+    ]
+    for make, message in cases:
+        with pytest.raises(CurriculumError, match=message) as info:
+            make()
+        assert "\n" not in str(info.value)
+
+
+# --- self-paced --------------------------------------------------------------------------
+
+
+def test_self_paced_picks_the_models_lowest_loss_examples():
+    torch.manual_seed(0)
+    data = tiny_data(96)
+    model = build_model(resolve_spec("tiny", (1, 28, 28), 10))
+    model.train()
+    c = Curriculum(pacing="self-paced", b=0.25, a=0.5, eval_batch_size=40, tiers=torch.arange(96) % 3)
+    pos = c.positions(0, 4, model, data)
+    assert model.training  # the evaluation pass leaves the model as it found it
+    loss = evaluate(model, data.train, 40).per_example_loss  # the same batches: the same losses
+    chosen = torch.zeros(96, dtype=torch.bool)
+    chosen[pos] = True
+    assert chosen.sum() == 24
+    assert loss[chosen].max() <= loss[~chosen].min()
+
+    anti = Curriculum(pacing="self-paced", order="anti", b=0.25, a=0.5, eval_batch_size=40)
+    hardest = torch.zeros(96, dtype=torch.bool)
+    hardest[anti.positions(0, 4, model, data)] = True
+    assert hardest.sum() == 24 and loss[hardest].min() >= loss[~hardest].max()
+    assert len(c.positions(2, 4, model, data)) == 96  # t = a: all data, no evaluation needed
+
+    row = c.schedule_table(4)[0]
+    assert row["count"] == 24
+    assert sum(row[f"tier_{t}_share"] for t in ("easy", "medium", "hard")) == pytest.approx(1.0)
+    restored = Curriculum(pacing="self-paced", b=0.25, a=0.5, eval_batch_size=40, tiers=torch.arange(96) % 3)
+    restored.load_state_dict(json.loads(json.dumps(c.state_dict())))
+    assert restored.schedule_table(4) == c.schedule_table(4)
+
+
+def test_self_paced_without_model_says_what_it_needs():
+    with pytest.raises(CurriculumError, match="needs the model and data"):
+        Curriculum(pacing="self-paced").positions(0, 4, None, tiny_data(10))
+
+
+# --- reporting and checkpoints -----------------------------------------------------------
+
+
+def test_schedule_table_and_epoch_info_describe_the_positions(difficulty, tiers):
+    c = Curriculum(difficulty, tiers, pacing="tiers", a=1.0)
+    table = c.schedule_table(6)
+    json.dumps(table)
+    assert [row["count"] for row in table] == [len(c.positions(e, 6)) for e in range(6)]
+    assert [row["tiers_present"] for row in table] == ["easy"] * 2 + ["easy+medium"] * 2 + [
+        "easy+medium+hard"
+    ] * 2
+    info = c.epoch_info(2, 6)
+    assert info == {
+        "curriculum/stage": 1.0,
+        "curriculum/fraction": 400 / 600,
+        "curriculum/tier_easy_share": 0.5,
+        "curriculum/tier_easy_coverage": 1.0,
+        "curriculum/tier_medium_share": 0.5,
+        "curriculum/tier_medium_coverage": 1.0,
+        "curriculum/tier_hard_share": 0.0,
+        "curriculum/tier_hard_coverage": 0.0,
+    }
+
+
+def test_config_round_trips_and_checkpoints_refuse_another_curriculum(difficulty, tiers):
+    c = Curriculum(difficulty, tiers, pacing="exp", order="anti", a=0.5, b=0.1, seed=7)
+    config = json.loads(json.dumps(c.to_dict()))
+    again = Curriculum.from_dict(config, difficulty, tiers)
+    assert torch.equal(again.positions(1, 5), c.positions(1, 5))
+    again.load_state_dict(json.loads(json.dumps(c.state_dict())))
+    with pytest.raises(CurriculumError, match="order 'anti' \\(checkpoint\\) vs 'curriculum'"):
+        Curriculum(difficulty, tiers, pacing="exp", a=0.5, b=0.1, seed=7).load_state_dict(c.state_dict())
+    with pytest.raises(CurriculumError, match="other difficulty scores"):
+        Curriculum.from_dict(config, difficulty.flip(0), tiers).load_state_dict(c.state_dict())

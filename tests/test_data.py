@@ -1,0 +1,120 @@
+"""Data: checksums, stable stratified splits, subsets, folder datasets, batch augmentation."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from pipeline.data import (
+    DEBIAN_FASHION_MNIST,
+    DataConfig,
+    DataError,
+    augment_batch,
+    load_data,
+    load_fashion_mnist,
+    load_folder,
+    load_raw,
+    read_idx,
+    stratified_sample,
+)
+
+
+def test_splits_are_fixed_disjoint_and_stratified():
+    a = load_data(DataConfig(split_seed=0))
+    b = load_data(DataConfig(split_seed=0))
+    assert torch.equal(a.val.index, b.val.index) and a.digest == b.digest
+    assert len(a.val) == 5000 and len(a.train) == 55000 and a.test is None
+    assert not set(a.val.index.tolist()) & set(a.train.index.tolist())
+    counts = torch.bincount(a.val.y, minlength=10)
+    assert counts.min() == counts.max() == 500  # Fashion-MNIST is balanced: exactly 500 per class
+    other = load_data(DataConfig(split_seed=1))
+    assert other.digest != a.digest and not torch.equal(other.val.index, a.val.index)
+
+
+def test_stable_index_points_back_to_the_source_example():
+    data = load_data(DataConfig(subset=500), include_test=True)
+    raw = load_raw("fashion-mnist", "")
+    for split, source_y in ((data.train, raw.train_y), (data.val, raw.train_y), (data.test, raw.test_y)):
+        assert torch.equal(split.y, source_y[split.index])
+
+
+def test_subset_is_stratified_and_changes_the_digest():
+    full = load_data(DataConfig())
+    small = load_data(DataConfig(subset=1000), include_test=True)
+    assert small.sizes() == {"train": 1000, "val": 1000, "test": 1000}
+    assert torch.bincount(small.train.y).tolist() == [100] * 10
+    assert small.digest != full.digest and small.source_digest == full.source_digest
+
+
+def test_stratified_sample_exact_size_and_deterministic():
+    y = torch.tensor([0] * 7 + [1] * 3 + [2] * 5)
+    first = stratified_sample(y, 6, torch.Generator().manual_seed(3))
+    again = stratified_sample(y, 6, torch.Generator().manual_seed(3))
+    assert len(first) == 6 and torch.equal(first, again)
+    assert torch.bincount(y[first], minlength=3).tolist() == [3, 1, 2]
+
+
+def test_corrupted_copy_fails_its_checksum_naming_the_file(tmp_path):
+    for f in DEBIAN_FASHION_MNIST.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    labels = tmp_path / "train-labels-idx1-ubyte.gz"
+    raw = bytearray(gzip.decompress(labels.read_bytes()))
+    raw[100] = (raw[100] + 1) % 10
+    labels.write_bytes(gzip.compress(bytes(raw)))
+    with pytest.raises(DataError, match="train-labels-idx1-ubyte.gz fails its MD5 check"):
+        load_fashion_mnist(str(tmp_path))
+
+
+def test_truncated_file_is_an_error_naming_the_file(tmp_path):
+    src = DEBIAN_FASHION_MNIST / "t10k-labels-idx1-ubyte.gz"
+    (tmp_path / src.name).write_bytes(src.read_bytes()[:1000])
+    with pytest.raises(DataError, match="t10k-labels-idx1-ubyte.gz is corrupt or truncated"):
+        read_idx(tmp_path / src.name, None)
+
+
+def test_data_dir_without_the_files_is_refused(tmp_path):
+    with pytest.raises(DataError, match="lacks Fashion-MNIST file"):
+        load_fashion_mnist(str(tmp_path))
+
+
+def test_unknown_dataset_lists_the_known_ones():
+    with pytest.raises(DataError, match="unknown dataset 'imagenet' .*fashion-mnist, mnist, cifar10"):
+        load_raw("imagenet", "")
+
+
+def _write_images(root, classes, per_class, size=(10, 12)):
+    rng = np.random.default_rng(0)
+    for name in classes:
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            Image.fromarray(rng.integers(0, 255, size, dtype=np.uint8)).save(root / name / f"{i}.png")
+
+
+def test_folder_dataset_loads_and_holds_out_a_test_split(tmp_path):
+    _write_images(tmp_path, ["cat", "dog", "eel"], 12)
+    raw = load_folder(str(tmp_path))
+    assert raw.classes == ("cat", "dog", "eel")
+    assert raw.train_x.shape[1:] == (1, 10, 12)
+    assert len(raw.train_y) + len(raw.test_y) == 36 and len(raw.test_y) == 6
+
+
+def test_folder_dataset_with_one_class_or_a_bad_image_is_refused(tmp_path):
+    _write_images(tmp_path / "one", ["only"], 3)
+    with pytest.raises(DataError, match="has 1 class folder"):
+        load_folder(str(tmp_path / "one"))
+    _write_images(tmp_path / "bad", ["a", "b"], 3)
+    (tmp_path / "bad" / "b" / "broken.png").write_bytes(b"not an image")
+    with pytest.raises(DataError, match="cannot read image .*broken.png"):
+        load_folder(str(tmp_path / "bad"))
+
+
+def test_batch_augmentation_keeps_shape_and_changes_content():
+    x = torch.randn(16, 1, 28, 28)
+    out = augment_batch(x, "flip+shift", torch.Generator().manual_seed(0))
+    assert out.shape == x.shape and not torch.equal(out, x)
+    assert augment_batch(x, "none") is x
