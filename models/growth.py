@@ -438,6 +438,8 @@ def output_nonnegative(spec: ArchSpec) -> list[bool]:
     for layer in spec.layers:
         if layer["type"] in ("conv", "fc", "residual"):
             nonneg = True
+        elif layer["type"] == "batchnorm":
+            nonneg = False
         out.append(nonneg)
     return out
 
