@@ -106,6 +106,9 @@ class TrainingPlan:
     def positions(self, epoch: int, model: SpecNet, data: Data) -> torch.Tensor:
         return torch.arange(len(data.train))
 
+    def after_epoch(self, epoch: int, metrics: dict) -> None:
+        """Sees each finished epoch's metrics (a plateau trigger decides here)."""
+
     def epoch_info(self, epoch: int) -> dict[str, float]:
         """Extra per-epoch metrics, e.g. the share of data in use."""
         return {}
@@ -247,6 +250,7 @@ def fit(
         }
         state.history.append({"epoch": epoch, **metrics})
         state.epoch = epoch + 1
+        plan.after_epoch(epoch, metrics)
         if on_epoch is not None:
             on_epoch(epoch, metrics, state)
         if checkpoint is not None:

@@ -1,0 +1,182 @@
+"""The experiment plan: growth events and a curriculum, as a ``TrainingPlan`` for ``fit``.
+
+``train_static`` uses it with no growth (a curriculum alone), ``train_dynamic`` with both, so
+data order and model growth can be compared separately. No MLflow inside.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from models.builder import SpecNet
+from models.flops import flops_per_example
+from models.growth import (
+    GROWTH_INITS,
+    GrowthError,
+    GrowthEvent,
+    PlateauTrigger,
+    events_due,
+    grow,
+    probe_jump,
+    schedule_to_json,
+)
+from pipeline.cli import opt
+from pipeline.curriculum import Curriculum, CurriculumError
+from pipeline.data import Data
+from pipeline.training import TrainConfig, TrainingPlan, rebuild_optimizer
+
+PROBE_SIZE = 512  # validation examples of the fixed probe batch that measures growth jumps
+GROW_ON = ("schedule", "plateau")
+
+
+@dataclass(frozen=True)
+class CurriculumConfig:
+    scores_run: str = opt("auto", "score_difficulty run id or runs:/ URI; auto: the newest one for this data")
+    pacing: str = opt("none", "none, tiers, linear, quad, root, step, exp, log or self-paced")
+    order: str = opt("curriculum", "curriculum (easy first), anti (hard first) or random (matched control)")
+    pacing_a: float = opt(0.8, "fraction of training after which all data is in use")
+    pacing_b: float = opt(0.2, "fraction of the data in use at the start (pacing functions)")
+    tier_boundaries: str = opt(
+        "", "epochs e1,e2 at which medium, then hard examples join; empty: at growth events, else thirds"
+    )
+    difficulty_score: str = opt("loss", "scores-table column that orders examples by difficulty")
+    curriculum_seed: int = opt(0, "seed of the random-order control")
+
+    def boundaries(self) -> list[int] | None:
+        if not self.tier_boundaries.strip():
+            return None
+        try:
+            return [int(v) for v in self.tier_boundaries.split(",")]
+        except ValueError:
+            raise CurriculumError(
+                f"--tier-boundaries {self.tier_boundaries!r} must be two epochs like 3,6"
+            ) from None
+
+
+@dataclass(frozen=True)
+class DynamicCurriculumConfig(CurriculumConfig):
+    # The project's design: easy examples first, harder ones joining as the model grows.
+    pacing: str = opt("tiers", "none, tiers, linear, quad, root, step, exp, log or self-paced")
+
+
+@dataclass(frozen=True)
+class GrowthConfig:
+    start_spec: str = opt("minimal", "architecture the run starts from (name, JSON file or string)")
+    schedule: str = opt("default", "growth schedule: a name, JSON, or compact like '3:conv(64)@after:pool1;6:pool'")
+    growth_init: str = opt("preserve", "preserve (function-preserving where possible) or random")
+    grow_on: str = opt("schedule", "schedule: at the events' epochs; plateau: also earlier when val/acc stalls")
+    plateau_patience: int = opt(2, "epochs without val/acc improvement that trigger the next growth (plateau)")
+
+    def validate(self) -> GrowthConfig:
+        if self.growth_init not in GROWTH_INITS:
+            raise GrowthError(f"--growth-init {self.growth_init!r}: use one of {', '.join(GROWTH_INITS)}")
+        if self.grow_on not in GROW_ON:
+            raise GrowthError(f"--grow-on {self.grow_on!r}: use one of {', '.join(GROW_ON)}")
+        if self.plateau_patience < 1:
+            raise GrowthError(f"--plateau-patience must be positive, got {self.plateau_patience}")
+        return self
+
+
+def growth_boundaries(events: list[GrowthEvent]) -> list[int] | None:
+    """Tier boundaries tied to growth: with n events, medium examples join at event ceil(n/3)
+    and hard ones at event ceil(2n/3), so the data gets harder as the network gets bigger."""
+    if not events:
+        return None
+    n = len(events)
+    return [events[math.ceil(n / 3) - 1].epoch, events[math.ceil(2 * n / 3) - 1].epoch]
+
+
+class ExperimentPlan(TrainingPlan):
+    """Grows the model by ``events`` and feeds it the ``curriculum``'s examples each epoch."""
+
+    def __init__(
+        self,
+        train_cfg: TrainConfig,
+        data: Data,
+        events: list[GrowthEvent] | None = None,
+        growth: GrowthConfig | None = None,
+        curriculum: Curriculum | None = None,
+    ):
+        self.cfg = train_cfg
+        self.events = list(events or [])
+        self.growth = growth or GrowthConfig()
+        self.curriculum = curriculum
+        self.applied = 0  # how many events have been applied
+        self.trigger = PlateauTrigger(self.growth.plateau_patience) if self.growth.grow_on == "plateau" else None
+        self.plateau = False
+        # A fixed probe batch (the first validation examples) measures each growth's jump.
+        self.probe = (data.val.x[:PROBE_SIZE], data.val.y[:PROBE_SIZE])
+
+    def before_epoch(self, epoch, model: SpecNet, optimizer):
+        due = events_due(self.events, self.applied, epoch, self.plateau)
+        self.plateau = False
+        reports = []
+        for event in due:
+            start = time.perf_counter()
+            input_shape = model.spec.input_shape
+            flops_before = flops_per_example(model, input_shape)["forward"]
+            grown, info = grow(model, event, self.growth.growth_init)
+            optimizer = rebuild_optimizer(optimizer, grown, self.cfg)
+            x, y = (t.to(next(grown.parameters()).device) for t in self.probe)
+            jump = probe_jump(model, grown, x, y)
+            flops_after = flops_per_example(grown, input_shape)["forward"]
+            reports.append({
+                **info,
+                "applied_at_epoch": epoch,
+                "scheduled_epoch": event.epoch,
+                "trigger": "schedule" if event.epoch <= epoch else "plateau",
+                "label": f"+{info['layer']['type']} {info['layer_id']}",
+                "flops_before": flops_before,
+                "flops_after": flops_after,
+                **{f"probe_{k}": v for k, v in jump.items()},
+                "seconds": time.perf_counter() - start,
+            })
+            model = grown
+            self.applied += 1
+        # Plots and reports place events at the epoch they happened before.
+        for report in reports:
+            report["epoch"] = epoch
+        return model, optimizer, reports
+
+    def positions(self, epoch: int, model: SpecNet, data: Data) -> torch.Tensor:
+        if self.curriculum is None:
+            return torch.arange(len(data.train))
+        return self.curriculum.positions(epoch, self.cfg.epochs, model, data)
+
+    def after_epoch(self, epoch: int, metrics: dict) -> None:
+        if self.trigger is not None and self.applied < len(self.events):
+            self.plateau = self.trigger.update(metrics["val/acc"])
+
+    def epoch_info(self, epoch: int) -> dict[str, float]:
+        info = {"growth/events_applied": float(self.applied)}
+        if self.curriculum is not None:
+            info.update(self.curriculum.epoch_info(epoch, self.cfg.epochs))
+        return info
+
+    def state_dict(self) -> dict:
+        return {
+            "applied": self.applied,
+            "plateau": self.plateau,
+            "trigger": self.trigger.state_dict() if self.trigger else None,
+            "curriculum": self.curriculum.state_dict() if self.curriculum else None,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.applied, self.plateau = int(state["applied"]), bool(state["plateau"])
+        if self.trigger is not None and state["trigger"] is not None:
+            self.trigger.load_state_dict(state["trigger"])
+        if self.curriculum is not None and state["curriculum"] is not None:
+            self.curriculum.load_state_dict(state["curriculum"])
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "dynamic" if self.events else "static",
+            "growth": asdict(self.growth) if self.events else None,
+            "schedule": schedule_to_json(self.events) if self.events else None,
+            "curriculum": self.curriculum.to_dict() if self.curriculum else {"pacing": "none"},
+            "curriculum_schedule": self.curriculum.schedule_table(self.cfg.epochs) if self.curriculum else None,
+        }

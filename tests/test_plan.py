@@ -1,0 +1,77 @@
+"""The experiment plan inside fit: growth keeps training valid, and resume is exact."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.builder import build_model
+from models.growth import parse_schedule, validate_schedule
+from models.spec import resolve_spec
+from pipeline.curriculum import Curriculum
+from pipeline.loop import seed_everything
+from pipeline.plan import ExperimentPlan, GrowthConfig, growth_boundaries
+from pipeline.training import TrainConfig, fit, load_checkpoint, new_state, save_checkpoint
+
+CFG = TrainConfig(epochs=4, batch_size=100, deterministic=True, seed=3)
+SCHEDULE = "1:conv(16)@after:pool1;2:residual;3:dropout(0.2)"
+
+
+def _plan(data, curriculum=None):
+    return ExperimentPlan(CFG, data, parse_schedule(SCHEDULE, CFG.epochs), GrowthConfig(), curriculum)
+
+
+def _fresh(data):
+    seed_everything(CFG.seed, CFG.deterministic)
+    return new_state(resolve_spec("tiny", data.input_shape, data.num_classes), CFG, torch.device("cpu"))
+
+
+def _curriculum(data):
+    difficulty = torch.linspace(0, 1, len(data.train))
+    tiers = torch.div(torch.arange(len(data.train)) * 3, len(data.train), rounding_mode="floor")
+    return Curriculum(difficulty, tiers, pacing="tiers", boundaries=[1, 2])
+
+
+def test_growth_during_fit_reaches_the_final_spec_with_every_parameter_optimised(small_data):
+    state = fit(_fresh(small_data), small_data, CFG, _plan(small_data))
+    start = resolve_spec("tiny", small_data.input_shape, small_data.num_classes)
+    final = validate_schedule(start, parse_schedule(SCHEDULE, CFG.epochs), CFG.epochs)
+    assert state.model.spec.layers == final.layers
+    in_optimizer = {id(p) for group in state.optimizer.param_groups for p in group["params"]}
+    assert {id(p) for p in state.model.parameters()} == in_optimizer
+    assert all(p in state.optimizer.state for p in state.model.parameters())  # all have momentum now
+    static = build_model(final)
+    assert {k: v.shape for k, v in static.state_dict().items()} == {
+        k: v.shape for k, v in state.model.state_dict().items()
+    }
+    events = state.trace.events
+    assert [e["epoch"] for e in events] == [1, 2, 3]
+    assert all({"probe_loss_before", "probe_loss_after", "flops_before", "flops_after", "seconds"} <= e.keys()
+               for e in events)
+    assert [h["model/params"] for h in state.history] == sorted(h["model/params"] for h in state.history)
+
+
+def test_dynamic_run_with_curriculum_resumes_exactly(small_data, tmp_path):
+    whole = fit(_fresh(small_data), small_data, CFG, _plan(small_data, _curriculum(small_data)))
+    path = tmp_path / "c.pt"
+
+    def checkpoint_then_crash(state, plan):
+        save_checkpoint(path, state, plan, CFG)
+        if state.epoch == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(_fresh(small_data), small_data, CFG, _plan(small_data, _curriculum(small_data)),
+            checkpoint=checkpoint_then_crash)
+    plan = _plan(small_data, _curriculum(small_data))
+    resumed = fit(load_checkpoint(path, CFG, plan, torch.device("cpu")), small_data, CFG, plan)
+    keys = ("train/loss", "val/loss", "val/acc", "train/examples", "model/params")
+    assert [[h[k] for k in keys] for h in resumed.history] == [[h[k] for k in keys] for h in whole.history]
+    assert [h["train/examples"] for h in whole.history] == [667, 1334, 2000, 2000]
+
+
+def test_tier_boundaries_follow_growth_events():
+    events = parse_schedule("2:conv(8);4:pool;5:residual;7:dropout(0.3)", 12)
+    assert growth_boundaries(events) == [4, 5]
+    assert growth_boundaries(events[:1]) == [2, 2]
+    assert growth_boundaries([]) is None
