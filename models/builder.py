@@ -83,21 +83,34 @@ def make_head(in_shape: tuple[int, ...], num_classes: int) -> nn.Module:
 
 
 def layer_signature(layer: dict, in_shape: tuple[int, ...]) -> tuple:
-    """What fixes a layer's parameter shapes; a module can be reused when this is unchanged."""
-    return (tuple(sorted(layer.items())), tuple(in_shape))
+    """What fixes a layer's parameter shapes; a module can be reused when this is unchanged.
+
+    Convolutions and batchnorm depend on the channel count, not the map size, so a pool
+    inserted upstream leaves them reusable; a linear layer depends on the flattened size.
+    """
+    kind = layer["type"] if layer is not None else "head"
+    if kind in ("fc", "head"):
+        reads: tuple = (_numel(in_shape),)
+    elif kind in ("pool", "dropout"):
+        reads = ()
+    else:
+        reads = (in_shape[0], len(in_shape))
+    return (tuple(sorted((layer or {}).items())), reads)
 
 
 class SpecNet(nn.Module):
     """A network built from a spec; ``spec`` travels with it for saving and growth."""
 
-    def __init__(self, spec: ArchSpec):
+    def __init__(self, spec: ArchSpec, modules: dict[str, nn.Module] | None = None):
+        """Build every layer afresh, or take existing ``modules`` by id (growth reuses them)."""
         super().__init__()
         shapes = infer_shapes(spec)
         self.spec = spec
         self.layers = nn.ModuleDict()
         for layer, in_shape in zip(spec.layers, shapes):
-            self.layers[layer["id"]] = make_layer(layer, in_shape)
-        self.layers[HEAD_ID] = make_head(shapes[-1], spec.num_classes)
+            lid = layer["id"]
+            self.layers[lid] = modules[lid] if modules else make_layer(layer, in_shape)
+        self.layers[HEAD_ID] = modules[HEAD_ID] if modules else make_head(shapes[-1], spec.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, H, W) -> (B, num_classes)
         for module in self.layers.values():

@@ -353,8 +353,10 @@ def _index(spec: ArchSpec, layer: dict, event: GrowthEvent) -> int:
     if position in ("head", f"before:{HEAD_ID}"):
         return len(ids)
     where, _, ref = position.partition(":")
-    if where not in ("after", "before") or not ref:
-        raise _fail(event, f"position {position!r} must be after:<id>, before:<id> or head")
+    if where not in ("after", "before") or not ref or ref == HEAD_ID:
+        raise _fail(
+            event, f"position {position!r} must be after:<id>, before:<id> or head (nothing follows the head)"
+        )
     if ref not in ids:
         raise _fail(event, f"position {position!r} names no layer (layers: {', '.join([*ids, HEAD_ID])})")
     return ids.index(ref) + (where == "after")
@@ -540,11 +542,7 @@ def _assemble(spec: ArchSpec, modules: dict[str, nn.Module]) -> SpecNet:
 
     Mirrors ``SpecNet.__init__``: a spec and a ``layers`` ModuleDict in spec order, head last.
     """
-    net = SpecNet.__new__(SpecNet)
-    nn.Module.__init__(net)
-    net.spec = spec
-    net.layers = nn.ModuleDict([(lid, modules[lid]) for lid in [*spec.layer_ids(), HEAD_ID]])
-    return net
+    return SpecNet(spec, modules)
 
 
 def grow(model: SpecNet, event: GrowthEvent, init: str = "preserve") -> tuple[SpecNet, dict]:
@@ -587,7 +585,7 @@ def grow(model: SpecNet, event: GrowthEvent, init: str = "preserve") -> tuple[Sp
             continue
         lid = lay["id"] if lay is not None else HEAD_ID
         if lay is None:
-            unchanged = old_in[HEAD_ID] == in_shape
+            unchanged = layer_signature(None, old_in[HEAD_ID]) == layer_signature(None, in_shape)
         else:
             unchanged = layer_signature(old_layers[lid], old_in[lid]) == layer_signature(lay, in_shape)
         if unchanged:

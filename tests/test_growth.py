@@ -215,7 +215,7 @@ NO_FC = ArchSpec(
         (SMALL, "1:fc(64)", False, ["head"], []),
         (SMALL, "1:fc(600)@before:fc1", True, [], ["fc1"]),  # 600 >= 32*4*4 flattened features
         (NO_FC, "1:fc(9)", True, [], ["head"]),
-        (WITH_RESIDUAL, "1:conv(6)@after:conv1", True, [], ["res1", "pool1", "bn1", "fc1"]),
+        (WITH_RESIDUAL, "1:conv(6)@after:conv1", True, [], ["res1", "bn1", "fc1"]),  # pool1 has no weights: reused
         (DEFAULT, "1:conv(48)@after:pool1", True, [], ["conv2"]),  # conv2 ignores the 16 extra channels
         (WITH_RESIDUAL, "1:residual@after:bn1", False, [], []),  # after a batchnorm: may be negative
         (WITH_RESIDUAL, "1:conv(4)@after:bn1", False, [], []),
@@ -360,6 +360,7 @@ def test_spec_at_epoch_applies_events_up_to_and_including_that_epoch():
         ("3:conv(8)@after:fc1", "conv cannot follow a fully connected layer"),
         ("3:residual@after:pool9", "position 'after:pool9' names no layer (layers: conv1, pool1, fc1, head)"),
         ("3:residual@beside:pool1", "position 'beside:pool1' must be after:<id>, before:<id> or head"),
+        ("3:dropout@after:head", "position 'after:head' must be after:<id>, before:<id> or head"),
         ("3:conv1=conv(8)", "layer id 'conv1' is already in use"),
         ("3:a=dropout;4:a=dropout", "layer id 'a' is already in use"),
     ],
