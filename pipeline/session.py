@@ -19,8 +19,12 @@ import torch
 from models.io import save_model
 from models.spec import ArchSpec
 from pipeline import plots
+from pipeline.cli import opt
+from pipeline.curriculum import Curriculum
 from pipeline.data import Data
 from pipeline.loop import pick_device, seed_everything
+from pipeline.plan import CurriculumConfig, growth_boundaries
+from pipeline.scores import load_scores
 from pipeline.tracking import UpstreamError, log_json, scratch_dir
 from pipeline.training import (
     FitState,
@@ -35,6 +39,13 @@ from pipeline.training import (
 CHECKPOINT_ARTIFACT = "checkpoints/last.pt"
 MODEL_ARTIFACT_DIR = "model"
 MODEL_FILE = "model.safetensors"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    run_name: str = opt("", "MLflow run name; empty for a generated one")
+    resume: str = opt("", "run id of an interrupted run of the same entry point to continue in place")
+    progress: bool = opt(True, "show a progress bar per epoch")
 
 
 @dataclass
@@ -142,3 +153,68 @@ def log_final_artifacts(state: FitState, plan: TrainingPlan, tmp: Path, title: s
     save_model(state.model, model_dir / MODEL_FILE)
     (model_dir / "spec.json").write_text(json.dumps(state.model.spec.to_dict(), indent=2))
     mlflow.log_artifacts(str(model_dir), MODEL_ARTIFACT_DIR)
+
+
+# --- curriculum inputs -------------------------------------------------------------------
+
+@dataclass
+class CurriculumSetup:
+    """What a training run takes from a score_difficulty run."""
+
+    curriculum: Curriculum | None
+    val_tiers: torch.Tensor | None  # tier per validation example, for val/acc_<tier>
+    scores_run_id: str
+    pacing: str
+    order: str
+
+    def tags(self) -> dict[str, str]:
+        return {"scores_run_id": self.scores_run_id, "pacing": self.pacing, "order": self.order}
+
+    def label(self) -> str:
+        """The curriculum's part of a run's variant name, e.g. ``+tiers`` or ``+tiers-random``."""
+        if self.pacing == "none":
+            return ""
+        return f"+{self.pacing}" + ("" if self.order == "curriculum" else f"-{self.order}")
+
+
+def find_scores_run(data: Data) -> str:
+    """The newest FINISHED score_difficulty run for exactly this data (digest), or ''."""
+    runs = mlflow.search_runs(
+        search_all_experiments=True,
+        filter_string=(f"tags.entry_point = 'score_difficulty' and params.data_digest = '{data.digest}'"
+                       " and attributes.status = 'FINISHED'"),
+        order_by=["attributes.start_time DESC"], max_results=1, output_format="list",
+    )
+    return runs[0].info.run_id if runs else ""
+
+
+def prepare_curriculum(cfg: CurriculumConfig, data: Data, train_cfg: TrainConfig,
+                       events: list) -> CurriculumSetup:
+    """Load the scores a run needs and build its curriculum; fails before any training."""
+    needs_scores = cfg.pacing != "none"
+    ref = cfg.scores_run.strip()
+    if ref == "auto":
+        ref = find_scores_run(data)
+        if not ref and needs_scores:
+            raise UpstreamError(
+                f"--pacing {cfg.pacing} needs difficulty scores and no finished score_difficulty run "
+                f"matches this data (digest {data.digest}): run `mlflow run . -e score_difficulty` "
+                "with the same data options first, pass --scores-run, or use --pacing none"
+            )
+    elif ref in ("", "none"):
+        if needs_scores:
+            raise UpstreamError(f"--pacing {cfg.pacing} needs --scores-run (a score_difficulty run)")
+        ref = ""
+    table = load_scores(ref, data) if ref else None
+    run_id = table.run_id if table is not None else ""
+    val_tiers = table.tiers_for(data.val, "val") if table is not None else None
+    if not needs_scores:
+        return CurriculumSetup(None, val_tiers, run_id, "none", cfg.order)
+    boundaries = cfg.boundaries() or growth_boundaries(events)
+    curriculum = Curriculum(
+        table.scores_for(data.train, "train", cfg.difficulty_score),
+        table.tiers_for(data.train, "train"),
+        pacing=cfg.pacing, order=cfg.order, a=cfg.pacing_a, b=cfg.pacing_b,
+        seed=cfg.curriculum_seed, boundaries=boundaries, eval_batch_size=train_cfg.eval_batch_size,
+    ).validate(train_cfg.epochs)
+    return CurriculumSetup(curriculum, val_tiers, run_id, cfg.pacing, cfg.order)

@@ -1,0 +1,84 @@
+"""train_dynamic: a network that grows while a curriculum feeds it harder data.
+
+    python -m pipeline.train_dynamic --schedule default --pacing tiers
+    mlflow run . -e train_dynamic --env-manager local -P schedule=early -P order=random
+
+The run starts from ``--start-spec`` (the minimal model), applies the growth ``--schedule``
+before the epochs its events name, and ends with the schedule's final spec, which train_static
+can train directly (tag ``final_spec``) for a matched comparison.
+"""
+
+from __future__ import annotations
+
+import click
+import mlflow
+
+from models.growth import NAMED_SCHEDULES, GrowthEvent, parse_schedule, validate_schedule
+from models.spec import ArchSpec, resolve_spec
+from pipeline import plots
+from pipeline.cli import build_config, config_options
+from pipeline.data import Data, DataConfig, load_data
+from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
+from pipeline.session import RunConfig, TrainingOutcome, prepare_curriculum, train_and_log
+from pipeline.tracking import flat_params, log_dataset, main_guard, scratch_dir, tracked_run
+from pipeline.training import TrainConfig
+
+ENTRY_POINT = "train_dynamic"
+CONFIGS = (DataConfig, TrainConfig, GrowthConfig, DynamicCurriculumConfig, RunConfig)
+
+
+def prepare(data_cfg: DataConfig, train_cfg: TrainConfig, growth_cfg: GrowthConfig,
+            ) -> tuple[Data, ArchSpec, list[GrowthEvent], ArchSpec]:
+    """Validate options, data, start spec and schedule (every stage of it) before training."""
+    train_cfg.validate()
+    growth_cfg.validate()
+    data = load_data(data_cfg)
+    start = resolve_spec(growth_cfg.start_spec, data.input_shape, data.num_classes)
+    events = parse_schedule(growth_cfg.schedule, train_cfg.epochs)
+    final = validate_schedule(start, events, train_cfg.epochs)
+    return data, start, events, final
+
+
+def schedule_label(schedule: str) -> str:
+    return schedule if schedule in NAMED_SCHEDULES else "custom"
+
+
+def run(data_cfg: DataConfig, train_cfg: TrainConfig, growth_cfg: GrowthConfig,
+        curriculum_cfg: DynamicCurriculumConfig | None = None,
+        run_cfg: RunConfig | None = None) -> TrainingOutcome:
+    curriculum_cfg = curriculum_cfg or DynamicCurriculumConfig()
+    run_cfg = run_cfg or RunConfig()
+    data, start, events, final = prepare(data_cfg, train_cfg, growth_cfg)
+    setup = prepare_curriculum(curriculum_cfg, data, train_cfg, events)
+    plan = ExperimentPlan(train_cfg, data, events, growth_cfg, setup.curriculum)
+    params = flat_params(data_cfg, train_cfg, growth_cfg, curriculum_cfg, run_cfg)
+    tags = {"spec_name": start.name, "final_spec": final.to_json(), **setup.tags(),
+            "variant": f"dynamic-{schedule_label(growth_cfg.schedule)}{setup.label()}"}
+    with tracked_run(ENTRY_POINT, params, run_name=run_cfg.run_name or None,
+                     run_id=run_cfg.resume or None, tags=tags):
+        log_dataset(data)
+        outcome = train_and_log(data, start, train_cfg, plan, resume_run_id=run_cfg.resume,
+                                entry_point=ENTRY_POINT, val_tiers=setup.val_tiers,
+                                progress_bar=run_cfg.progress)
+        with scratch_dir() as tmp:
+            picture = plots.architecture_evolution(outcome.state.trace.to_dict(),
+                                                   tmp / "architecture_evolution.png",
+                                                   f"{growth_cfg.schedule} from {start.name}")
+            mlflow.log_artifact(str(picture))
+        if outcome.state.model.spec.layers != final.layers:
+            raise RuntimeError("the grown model differs from the schedule's final spec")
+        return outcome
+
+
+@click.command(name=ENTRY_POINT, help=__doc__)
+@config_options(*CONFIGS)
+@main_guard
+def main(**values) -> None:
+    outcome = run(*(build_config(cls, values) for cls in CONFIGS))
+    last = outcome.state.history[-1]
+    click.echo(f"val/acc {last['val/acc']:.4f} after {outcome.state.epoch} epochs "
+               f"in {outcome.state.cumulative_s:.1f}s, {len(outcome.state.trace.events)} growth events")
+
+
+if __name__ == "__main__":
+    main()
