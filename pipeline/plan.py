@@ -66,10 +66,16 @@ class DynamicCurriculumConfig(CurriculumConfig):
 @dataclass(frozen=True)
 class GrowthConfig:
     start_spec: str = opt("minimal", "architecture the run starts from (name, JSON file or string)")
-    schedule: str = opt("default", "growth schedule: a name, JSON, or compact like '3:conv(64)@after:pool1;6:pool'")
+    schedule: str = opt(
+        "default", "growth schedule: a name, JSON, or compact like '3:conv(64)@after:pool1;6:pool'"
+    )
     growth_init: str = opt("preserve", "preserve (function-preserving where possible) or random")
-    grow_on: str = opt("schedule", "schedule: at the events' epochs; plateau: also earlier when val/acc stalls")
-    plateau_patience: int = opt(2, "epochs without val/acc improvement that trigger the next growth (plateau)")
+    grow_on: str = opt(
+        "schedule", "schedule: at the events' epochs; plateau: also earlier when val/acc stalls"
+    )
+    plateau_patience: int = opt(
+        2, "epochs without val/acc improvement that trigger the next growth (plateau)"
+    )
 
     def validate(self) -> GrowthConfig:
         if self.growth_init not in GROWTH_INITS:
@@ -106,7 +112,9 @@ class ExperimentPlan(TrainingPlan):
         self.growth = growth or GrowthConfig()
         self.curriculum = curriculum
         self.applied = 0  # how many events have been applied
-        self.trigger = PlateauTrigger(self.growth.plateau_patience) if self.growth.grow_on == "plateau" else None
+        self.trigger = (
+            PlateauTrigger(self.growth.plateau_patience) if self.growth.grow_on == "plateau" else None
+        )
         self.plateau = False
         # A fixed probe batch (the first validation examples) measures each growth's jump.
         self.probe = (data.val.x[:PROBE_SIZE], data.val.y[:PROBE_SIZE])
@@ -124,17 +132,19 @@ class ExperimentPlan(TrainingPlan):
             x, y = (t.to(next(grown.parameters()).device) for t in self.probe)
             jump = probe_jump(model, grown, x, y)
             flops_after = flops_per_example(grown, input_shape)["forward"]
-            reports.append({
-                **info,
-                "applied_at_epoch": epoch,
-                "scheduled_epoch": event.epoch,
-                "trigger": "schedule" if event.epoch <= epoch else "plateau",
-                "label": f"+{info['layer']['type']} {info['layer_id']}",
-                "flops_before": flops_before,
-                "flops_after": flops_after,
-                **{f"probe_{k}": v for k, v in jump.items()},
-                "seconds": time.perf_counter() - start,
-            })
+            reports.append(
+                {
+                    **info,
+                    "applied_at_epoch": epoch,
+                    "scheduled_epoch": event.epoch,
+                    "trigger": "schedule" if event.epoch <= epoch else "plateau",
+                    "label": f"+{info['layer']['type']} {info['layer_id']}",
+                    "flops_before": flops_before,
+                    "flops_after": flops_after,
+                    **{f"probe_{k}": v for k, v in jump.items()},
+                    "seconds": time.perf_counter() - start,
+                }
+            )
             model = grown
             self.applied += 1
         # Plots and reports place events at the epoch they happened before.
@@ -178,5 +188,7 @@ class ExperimentPlan(TrainingPlan):
             "growth": asdict(self.growth) if self.events else None,
             "schedule": schedule_to_json(self.events) if self.events else None,
             "curriculum": self.curriculum.to_dict() if self.curriculum else {"pacing": "none"},
-            "curriculum_schedule": self.curriculum.schedule_table(self.cfg.epochs) if self.curriculum else None,
+            "curriculum_schedule": self.curriculum.schedule_table(self.cfg.epochs)
+            if self.curriculum
+            else None,
         }

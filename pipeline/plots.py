@@ -49,8 +49,15 @@ def learning_curves(
     return path
 
 
-LAYER_COLOURS = {"conv": "#4c72b0", "pool": "#8c8c8c", "dropout": "#dd8452", "fc": "#55a868",
-                 "batchnorm": "#c44e52", "residual": "#8172b3", "head": "#222222"}
+LAYER_COLOURS = {
+    "conv": "#4c72b0",
+    "pool": "#8c8c8c",
+    "dropout": "#dd8452",
+    "fc": "#55a868",
+    "batchnorm": "#c44e52",
+    "residual": "#8172b3",
+    "head": "#222222",
+}
 
 
 def architecture_evolution(trace: dict, path: Path, title: str = "") -> Path:
@@ -60,12 +67,18 @@ def architecture_evolution(trace: dict, path: Path, title: str = "") -> Path:
     for e in trace["epochs"]:
         if not stages or stages[-1][1] != e["spec"]:
             stages.append((e["epoch"] + 1, e["spec"]))
-    fig, (ax_size, ax_stack) = plt.subplots(1, 2, figsize=(12, 4.5),
-                                            gridspec_kw={"width_ratios": [1, max(1.2, 0.45 * len(stages))]})
+    fig, (ax_size, ax_stack) = plt.subplots(
+        1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [1, max(1.2, 0.45 * len(stages))]}
+    )
     ax_size.step(epochs, [e["params"] for e in trace["epochs"]], where="post", label="parameters")
     ax_flops = ax_size.twinx()
-    ax_flops.step(epochs, [e["flops_forward"] for e in trace["epochs"]], where="post", color="C1",
-                  label="forward FLOPs / example")
+    ax_flops.step(
+        epochs,
+        [e["flops_forward"] for e in trace["epochs"]],
+        where="post",
+        color="C1",
+        label="forward FLOPs / example",
+    )
     ax_size.set(xlabel="epoch", ylabel="parameters", title="size")
     ax_flops.set_ylabel("forward FLOPs / example")
     ax_size.legend(loc="upper left", fontsize=8)
@@ -73,10 +86,18 @@ def architecture_evolution(trace: dict, path: Path, title: str = "") -> Path:
     for col, (first_epoch, key) in enumerate(stages):
         layers = [*trace["specs"][key]["layers"], {"id": "head", "type": "head"}]
         for row, layer in enumerate(layers):
-            ax_stack.add_patch(plt.Rectangle((col + 0.05, -row - 0.9), 0.9, 0.8,
-                                             color=LAYER_COLOURS.get(layer["type"], "grey"), alpha=0.8))
-            ax_stack.text(col + 0.5, -row - 0.5, layer["id"], ha="center", va="center", fontsize=7,
-                          color="white")
+            ax_stack.add_patch(
+                plt.Rectangle(
+                    (col + 0.05, -row - 0.9),
+                    0.9,
+                    0.8,
+                    color=LAYER_COLOURS.get(layer["type"], "grey"),
+                    alpha=0.8,
+                )
+            )
+            ax_stack.text(
+                col + 0.5, -row - 0.5, layer["id"], ha="center", va="center", fontsize=7, color="white"
+            )
         ax_stack.text(col + 0.5, 0.3, f"epoch {first_epoch}", ha="center", fontsize=8)
     depth = max(len(trace["specs"][key]["layers"]) + 1 for _, key in stages)
     ax_stack.set_xlim(0, len(stages))

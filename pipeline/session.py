@@ -157,6 +157,7 @@ def log_final_artifacts(state: FitState, plan: TrainingPlan, tmp: Path, title: s
 
 # --- curriculum inputs -------------------------------------------------------------------
 
+
 @dataclass
 class CurriculumSetup:
     """What a training run takes from a score_difficulty run."""
@@ -181,15 +182,20 @@ def find_scores_run(data: Data) -> str:
     """The newest FINISHED score_difficulty run for exactly this data (digest), or ''."""
     runs = mlflow.search_runs(
         search_all_experiments=True,
-        filter_string=(f"tags.entry_point = 'score_difficulty' and params.data_digest = '{data.digest}'"
-                       " and attributes.status = 'FINISHED'"),
-        order_by=["attributes.start_time DESC"], max_results=1, output_format="list",
+        filter_string=(
+            f"tags.entry_point = 'score_difficulty' and params.data_digest = '{data.digest}'"
+            " and attributes.status = 'FINISHED'"
+        ),
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+        output_format="list",
     )
     return runs[0].info.run_id if runs else ""
 
 
-def prepare_curriculum(cfg: CurriculumConfig, data: Data, train_cfg: TrainConfig,
-                       events: list) -> CurriculumSetup:
+def prepare_curriculum(
+    cfg: CurriculumConfig, data: Data, train_cfg: TrainConfig, events: list
+) -> CurriculumSetup:
     """Load the scores a run needs and build its curriculum; fails before any training."""
     needs_scores = cfg.pacing != "none"
     ref = cfg.scores_run.strip()
@@ -214,7 +220,12 @@ def prepare_curriculum(cfg: CurriculumConfig, data: Data, train_cfg: TrainConfig
     curriculum = Curriculum(
         table.scores_for(data.train, "train", cfg.difficulty_score),
         table.tiers_for(data.train, "train"),
-        pacing=cfg.pacing, order=cfg.order, a=cfg.pacing_a, b=cfg.pacing_b,
-        seed=cfg.curriculum_seed, boundaries=boundaries, eval_batch_size=train_cfg.eval_batch_size,
+        pacing=cfg.pacing,
+        order=cfg.order,
+        a=cfg.pacing_a,
+        b=cfg.pacing_b,
+        seed=cfg.curriculum_seed,
+        boundaries=boundaries,
+        eval_batch_size=train_cfg.eval_batch_size,
     ).validate(train_cfg.epochs)
     return CurriculumSetup(curriculum, val_tiers, run_id, cfg.pacing, cfg.order)

@@ -27,8 +27,11 @@ ENTRY_POINT = "train_dynamic"
 CONFIGS = (DataConfig, TrainConfig, GrowthConfig, DynamicCurriculumConfig, RunConfig)
 
 
-def prepare(data_cfg: DataConfig, train_cfg: TrainConfig, growth_cfg: GrowthConfig,
-            ) -> tuple[Data, ArchSpec, list[GrowthEvent], ArchSpec]:
+def prepare(
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    growth_cfg: GrowthConfig,
+) -> tuple[Data, ArchSpec, list[GrowthEvent], ArchSpec]:
     """Validate options, data, start spec and schedule (every stage of it) before training."""
     train_cfg.validate()
     growth_cfg.validate()
@@ -43,27 +46,45 @@ def schedule_label(schedule: str) -> str:
     return schedule if schedule in NAMED_SCHEDULES else "custom"
 
 
-def run(data_cfg: DataConfig, train_cfg: TrainConfig, growth_cfg: GrowthConfig,
-        curriculum_cfg: DynamicCurriculumConfig | None = None,
-        run_cfg: RunConfig | None = None) -> TrainingOutcome:
+def run(
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    growth_cfg: GrowthConfig,
+    curriculum_cfg: DynamicCurriculumConfig | None = None,
+    run_cfg: RunConfig | None = None,
+) -> TrainingOutcome:
     curriculum_cfg = curriculum_cfg or DynamicCurriculumConfig()
     run_cfg = run_cfg or RunConfig()
     data, start, events, final = prepare(data_cfg, train_cfg, growth_cfg)
     setup = prepare_curriculum(curriculum_cfg, data, train_cfg, events)
     plan = ExperimentPlan(train_cfg, data, events, growth_cfg, setup.curriculum)
     params = flat_params(data_cfg, train_cfg, growth_cfg, curriculum_cfg, run_cfg)
-    tags = {"spec_name": start.name, "final_spec": final.to_json(), **setup.tags(),
-            "variant": f"dynamic-{schedule_label(growth_cfg.schedule)}{setup.label()}"}
-    with tracked_run(ENTRY_POINT, params, run_name=run_cfg.run_name or None,
-                     run_id=run_cfg.resume or None, tags=tags):
+    tags = {
+        "spec_name": start.name,
+        "final_spec": final.to_json(),
+        **setup.tags(),
+        "variant": f"dynamic-{schedule_label(growth_cfg.schedule)}{setup.label()}",
+    }
+    with tracked_run(
+        ENTRY_POINT, params, run_name=run_cfg.run_name or None, run_id=run_cfg.resume or None, tags=tags
+    ):
         log_dataset(data)
-        outcome = train_and_log(data, start, train_cfg, plan, resume_run_id=run_cfg.resume,
-                                entry_point=ENTRY_POINT, val_tiers=setup.val_tiers,
-                                progress_bar=run_cfg.progress)
+        outcome = train_and_log(
+            data,
+            start,
+            train_cfg,
+            plan,
+            resume_run_id=run_cfg.resume,
+            entry_point=ENTRY_POINT,
+            val_tiers=setup.val_tiers,
+            progress_bar=run_cfg.progress,
+        )
         with scratch_dir() as tmp:
-            picture = plots.architecture_evolution(outcome.state.trace.to_dict(),
-                                                   tmp / "architecture_evolution.png",
-                                                   f"{growth_cfg.schedule} from {start.name}")
+            picture = plots.architecture_evolution(
+                outcome.state.trace.to_dict(),
+                tmp / "architecture_evolution.png",
+                f"{growth_cfg.schedule} from {start.name}",
+            )
             mlflow.log_artifact(str(picture))
         if outcome.state.model.spec.layers != final.layers:
             raise RuntimeError("the grown model differs from the schedule's final spec")
@@ -76,8 +97,10 @@ def run(data_cfg: DataConfig, train_cfg: TrainConfig, growth_cfg: GrowthConfig,
 def main(**values) -> None:
     outcome = run(*(build_config(cls, values) for cls in CONFIGS))
     last = outcome.state.history[-1]
-    click.echo(f"val/acc {last['val/acc']:.4f} after {outcome.state.epoch} epochs "
-               f"in {outcome.state.cumulative_s:.1f}s, {len(outcome.state.trace.events)} growth events")
+    click.echo(
+        f"val/acc {last['val/acc']:.4f} after {outcome.state.epoch} epochs "
+        f"in {outcome.state.cumulative_s:.1f}s, {len(outcome.state.trace.events)} growth events"
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """train_static: train one fixed architecture, optionally with a curriculum, and log everything.
 
-    python -m pipeline.train_static --spec default --epochs 12
-    mlflow run . -e train_static --env-manager local -P spec=minimal -P pacing=tiers
+python -m pipeline.train_static --spec default --epochs 12
+mlflow run . -e train_static --env-manager local -P spec=minimal -P pacing=tiers
 """
 
 from __future__ import annotations
@@ -37,22 +37,39 @@ def prepare(data_cfg: DataConfig, train_cfg: TrainConfig, static_cfg: StaticConf
     return data, spec
 
 
-def run(data_cfg: DataConfig, train_cfg: TrainConfig, static_cfg: StaticConfig,
-        curriculum_cfg: CurriculumConfig | None = None, run_cfg: RunConfig | None = None) -> TrainingOutcome:
+def run(
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    static_cfg: StaticConfig,
+    curriculum_cfg: CurriculumConfig | None = None,
+    run_cfg: RunConfig | None = None,
+) -> TrainingOutcome:
     curriculum_cfg = curriculum_cfg or CurriculumConfig()
     run_cfg = run_cfg or RunConfig()
     data, spec = prepare(data_cfg, train_cfg, static_cfg)
     setup = prepare_curriculum(curriculum_cfg, data, train_cfg, events=[])
     plan = ExperimentPlan(train_cfg, data, curriculum=setup.curriculum)
     params = flat_params(data_cfg, train_cfg, static_cfg, curriculum_cfg, run_cfg)
-    tags = {"spec_name": spec.name, "final_spec": spec.to_json(), **setup.tags(),
-            "variant": "static" + setup.label()}
-    with tracked_run(ENTRY_POINT, params, run_name=run_cfg.run_name or None,
-                     run_id=run_cfg.resume or None, tags=tags):
+    tags = {
+        "spec_name": spec.name,
+        "final_spec": spec.to_json(),
+        **setup.tags(),
+        "variant": "static" + setup.label(),
+    }
+    with tracked_run(
+        ENTRY_POINT, params, run_name=run_cfg.run_name or None, run_id=run_cfg.resume or None, tags=tags
+    ):
         log_dataset(data)
-        return train_and_log(data, spec, train_cfg, plan, resume_run_id=run_cfg.resume,
-                             entry_point=ENTRY_POINT, val_tiers=setup.val_tiers,
-                             progress_bar=run_cfg.progress)
+        return train_and_log(
+            data,
+            spec,
+            train_cfg,
+            plan,
+            resume_run_id=run_cfg.resume,
+            entry_point=ENTRY_POINT,
+            val_tiers=setup.val_tiers,
+            progress_bar=run_cfg.progress,
+        )
 
 
 @click.command(name=ENTRY_POINT, help=__doc__)
@@ -61,8 +78,10 @@ def run(data_cfg: DataConfig, train_cfg: TrainConfig, static_cfg: StaticConfig,
 def main(**values) -> None:
     outcome = run(*(build_config(cls, values) for cls in CONFIGS))
     last = outcome.state.history[-1]
-    click.echo(f"val/acc {last['val/acc']:.4f} after {outcome.state.epoch} epochs "
-               f"in {outcome.state.cumulative_s:.1f}s")
+    click.echo(
+        f"val/acc {last['val/acc']:.4f} after {outcome.state.epoch} epochs "
+        f"in {outcome.state.cumulative_s:.1f}s"
+    )
 
 
 if __name__ == "__main__":

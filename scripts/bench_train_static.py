@@ -36,15 +36,16 @@ def bare_loop(data, spec, cfg: TrainConfig) -> float:
     """Training samples per second of the plainest loop over the same tensors."""
     seed_everything(cfg.seed, False)
     model = build_model(spec)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                          weight_decay=cfg.weight_decay, nesterov=True)
+    opt = torch.optim.SGD(
+        model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, nesterov=True
+    )
     x, y = data.train.x, data.train.y
     start = time.perf_counter()
     for _ in range(cfg.epochs):
         model.train()
         order = torch.randperm(len(y))
         for b in range(0, len(order), cfg.batch_size):
-            idx = order[b: b + cfg.batch_size]
+            idx = order[b : b + cfg.batch_size]
             loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()

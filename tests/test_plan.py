@@ -46,8 +46,10 @@ def test_growth_during_fit_reaches_the_final_spec_with_every_parameter_optimised
     }
     events = state.trace.events
     assert [e["epoch"] for e in events] == [1, 2, 3]
-    assert all({"probe_loss_before", "probe_loss_after", "flops_before", "flops_after", "seconds"} <= e.keys()
-               for e in events)
+    assert all(
+        {"probe_loss_before", "probe_loss_after", "flops_before", "flops_after", "seconds"} <= e.keys()
+        for e in events
+    )
     assert [h["model/params"] for h in state.history] == sorted(h["model/params"] for h in state.history)
 
 
@@ -61,8 +63,13 @@ def test_dynamic_run_with_curriculum_resumes_exactly(small_data, tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        fit(_fresh(small_data), small_data, CFG, _plan(small_data, _curriculum(small_data)),
-            checkpoint=checkpoint_then_crash)
+        fit(
+            _fresh(small_data),
+            small_data,
+            CFG,
+            _plan(small_data, _curriculum(small_data)),
+            checkpoint=checkpoint_then_crash,
+        )
     plan = _plan(small_data, _curriculum(small_data))
     resumed = fit(load_checkpoint(path, CFG, plan, torch.device("cpu")), small_data, CFG, plan)
     keys = ("train/loss", "val/loss", "val/acc", "train/examples", "model/params")
