@@ -7,9 +7,11 @@ reason in the ``failure_reason`` tag; Ctrl-C or SIGTERM ends it KILLED.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -49,6 +51,22 @@ def flat_params(*configs) -> dict[str, str]:
     return params
 
 
+def code_version() -> str:
+    """The commit plus a digest of uncommitted changes to tracked files; 'unknown' outside git.
+
+    main reuses a finished step only when this matches, so an edited working tree never
+    passes for the code a run was made with."""
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, check=True, timeout=30).stdout.strip()
+        diff = subprocess.run(["git", "-C", str(repo), "diff", "HEAD"], capture_output=True,
+                              check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{commit[:12]}-{hashlib.sha256(diff).hexdigest()[:12]}" if diff else commit[:12]
+
+
 @contextlib.contextmanager
 def tracked_run(
     entry_point: str,
@@ -61,7 +79,7 @@ def tracked_run(
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     run = mlflow.start_run(run_id=run_id, run_name=None if run_id else run_name)
     try:
-        mlflow.set_tags({ENTRY_POINT_TAG: entry_point, **(tags or {})})
+        mlflow.set_tags({ENTRY_POINT_TAG: entry_point, "code_version": code_version(), **(tags or {})})
         # `mlflow run` has already logged the parameters it passed (in its own spelling, and
         # MLflow refuses to change a logged value); log only the ones still missing.
         logged = mlflow.get_run(run.info.run_id).data.params

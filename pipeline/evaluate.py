@@ -1,0 +1,221 @@
+"""evaluate: test-split results per difficulty tier for training runs, and the comparison report.
+
+    python -m pipeline.evaluate --runs RUN_ID,RUN_ID
+    mlflow run . -e evaluate --env-manager local            # every finished training run
+
+This is the only step that loads the test split. For each training run it rebuilds the model
+from its logged safetensors file and spec (nothing is unpickled), reloads exactly the data the
+run trained on (checked by digest), takes test tiers from the run's score_difficulty run, and
+computes accuracy overall and per tier, per-class accuracy, the confusion matrix and inference
+time per example by tier.
+
+Where results go: the test metrics (``test/acc``, ``test/acc_hard``, ...) are logged on the
+training run itself, so that the MLflow UI's compare view shows them in the same row as the
+run's parameters and validation curves; a separate child run would split one model's story
+over two rows. The evaluate run records which runs it evaluated (tag ``evaluated_by`` on each)
+and holds the comparison report across them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import mlflow
+import numpy as np
+import pandas as pd
+import torch
+
+from models.builder import SpecNet
+from models.io import load_model
+from pipeline import report
+from pipeline.cli import build_config, config_options, opt
+from pipeline.data import Data, DataConfig, Split, load_data
+from pipeline.loop import evaluate as evaluate_split
+from pipeline.scores import load_scores
+from pipeline.session import MODEL_ARTIFACT_DIR, MODEL_FILE, find_scores_run
+from pipeline.tracking import UpstreamError, flat_params, main_guard, scratch_dir, tracked_run
+from pipeline.training import TIER_NAMES
+
+ENTRY_POINT = "evaluate"
+TRAINING_ENTRY_POINTS = ("train_static", "train_dynamic")
+TIMING_REPEATS = 3
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    runs: str = opt("", "comma-separated training run ids; empty: every finished training run")
+    experiment_name: str = opt("", "with --runs empty: the experiment to take runs from (empty: all)")
+    tag_filter: str = opt("", "with --runs empty: only runs with this tag, as key=value")
+    target_acc: float = opt(0.0, "validation accuracy for time-to-target; 0: 99% of static's final")
+    device: str = opt("cpu", "device for inference (timings are per device)")
+    batch_size: int = opt(512, "inference batch size")
+
+
+CONFIGS = (EvaluateConfig,)
+
+
+# --- one model on one test split ---------------------------------------------------------
+
+@torch.no_grad()
+def inference_ms_per_example(model: SpecNet, x: torch.Tensor, batch_size: int) -> float:
+    """Median over repeats of the eval-mode forward time per example, in milliseconds."""
+    if len(x) == 0:
+        return float("nan")
+    model.eval()
+    model(x[:batch_size])  # warm-up
+    times = []
+    for _ in range(TIMING_REPEATS):
+        start = time.perf_counter()
+        for b in range(0, len(x), batch_size):
+            model(x[b: b + batch_size])
+        if x.device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return 1000 * float(np.median(times)) / len(x)
+
+
+def compute_test_metrics(model: SpecNet, test: Split, tiers: torch.Tensor | None, classes: list[str],
+                 batch_size: int) -> tuple[dict[str, float], pd.DataFrame, pd.DataFrame]:
+    """Test metrics overall and per tier, per-class accuracy and the confusion matrix."""
+    result = evaluate_split(model, test, batch_size)
+    y = test.y.cpu()
+    metrics = {"test/loss": result.loss, "test/acc": result.acc,
+               "test/infer_ms_per_example": inference_ms_per_example(model, test.x, batch_size)}
+    if tiers is not None:
+        for t, name in enumerate(TIER_NAMES):
+            mask = tiers == t
+            if mask.any():
+                metrics[f"test/acc_{name}"] = float(result.correct[mask].float().mean())
+                metrics[f"test/loss_{name}"] = float(result.per_example_loss[mask].mean())
+                metrics[f"test/infer_ms_{name}"] = inference_ms_per_example(
+                    model, test.x[mask.to(test.x.device)], batch_size)
+    n = len(classes)
+    confusion = torch.zeros(n, n, dtype=torch.long)
+    confusion.index_put_((y, result.predictions), torch.ones_like(y), accumulate=True)
+    per_class = pd.DataFrame({
+        "class": classes,
+        "examples": confusion.sum(1).numpy(),
+        "accuracy": (confusion.diag().double() / confusion.sum(1).clamp_min(1)).numpy(),
+    })
+    confusion_df = pd.DataFrame(confusion.numpy(), index=classes, columns=classes)
+    confusion_df.index.name = "true \\ predicted"
+    return metrics, per_class, confusion_df
+
+
+# --- runs --------------------------------------------------------------------------------
+
+def select_runs(cfg: EvaluateConfig) -> list[str]:
+    """The training runs to evaluate: given ids (checked), or every finished one that matches."""
+    client = mlflow.MlflowClient()
+    if cfg.runs.strip():
+        ids = [r.strip() for r in cfg.runs.split(",") if r.strip()]
+        for run_id in ids:
+            try:
+                run = client.get_run(run_id)
+            except mlflow.exceptions.MlflowException:
+                raise UpstreamError(f"--runs: run {run_id} does not exist in this tracking store") from None
+            kind = run.data.tags.get("entry_point")
+            if kind not in TRAINING_ENTRY_POINTS:
+                raise UpstreamError(f"--runs: run {run_id} is a {kind or 'untagged'} run, not a training run")
+            if run.info.status != "FINISHED":
+                raise UpstreamError(f"--runs: run {run_id} is {run.info.status}, not FINISHED")
+        return ids
+    filters = ["attributes.status = 'FINISHED'"]
+    if cfg.tag_filter.strip():
+        key, sep, value = cfg.tag_filter.partition("=")
+        if not sep or not key.strip():
+            raise UpstreamError(f"--tag-filter {cfg.tag_filter!r} must look like key=value")
+        filters.append(f"tags.`{key.strip()}` = '{value.strip()}'")
+    kwargs = {"search_all_experiments": True}
+    if cfg.experiment_name:
+        if mlflow.get_experiment_by_name(cfg.experiment_name) is None:
+            raise UpstreamError(f"--experiment-name {cfg.experiment_name!r} does not exist")
+        kwargs = {"experiment_names": [cfg.experiment_name]}
+    runs = [r for kind in TRAINING_ENTRY_POINTS  # MLflow's search has no IN for tags
+            for r in mlflow.search_runs(filter_string=" and ".join([*filters, f"tags.entry_point = '{kind}'"]),
+                                        output_format="list", **kwargs)]
+    if not runs:
+        raise UpstreamError("no finished train_static or train_dynamic runs to evaluate; train some first")
+    return [r.info.run_id for r in runs]
+
+
+def data_config_of(run: mlflow.entities.Run) -> DataConfig:
+    params = run.data.params
+    try:
+        return DataConfig(dataset=params["dataset"], data_dir=params.get("data_dir", "").strip("'"),
+                          val_size=int(float(params["val_size"])),
+                          split_seed=int(float(params["split_seed"])),
+                          subset=int(float(params["subset"])))
+    except KeyError as err:
+        raise UpstreamError(f"run {run.info.run_id} lacks the data parameter {err}") from None
+
+
+def evaluate_run(run_id: str, cfg: EvaluateConfig, data_cache: dict, tmp: Path) -> dict[str, float]:
+    """Evaluate one training run and log the results onto it; returns its test metrics."""
+    client = mlflow.MlflowClient()
+    run = client.get_run(run_id)
+    data_cfg = data_config_of(run)
+    if data_cfg not in data_cache:
+        data_cache[data_cfg] = load_data(data_cfg, include_test=True)
+    data: Data = data_cache[data_cfg]
+    if run.data.params.get("data_digest") != data.digest:
+        raise UpstreamError(f"run {run_id} trained on data digest {run.data.params.get('data_digest')}, "
+                            f"but its data options now give {data.digest}: the data changed")
+    scores_ref = run.data.tags.get("scores_run_id") or find_scores_run(data)
+    tiers = load_scores(scores_ref, data).tiers_for(data.test, "test") if scores_ref else None
+    dest = tmp / run_id
+    try:
+        path = client.download_artifacts(run_id, f"{MODEL_ARTIFACT_DIR}/{MODEL_FILE}", str(dest))
+    except (mlflow.exceptions.MlflowException, OSError):
+        raise UpstreamError(f"run {run_id} has no {MODEL_ARTIFACT_DIR}/{MODEL_FILE} artifact") from None
+    device = torch.device(cfg.device)
+    model = load_model(path, device)
+    test = data.test.to(device)
+    metrics, per_class, confusion = compute_test_metrics(model, test, tiers, data.classes, cfg.batch_size)
+    per_class.to_csv(dest / "per_class.csv", index=False)
+    confusion.to_csv(dest / "confusion_matrix.csv")
+    (dest / "test_metrics.json").write_text(json.dumps(metrics, indent=2))
+    for name in ("per_class.csv", "confusion_matrix.csv", "test_metrics.json"):
+        client.log_artifact(run_id, str(dest / name), "evaluation")
+    client.log_batch(run_id, metrics=[mlflow.entities.Metric(k, v, int(time.time() * 1000), 0)
+                                      for k, v in metrics.items() if np.isfinite(v)])
+    client.set_tag(run_id, "test_scores_run_id", scores_ref or "")
+    return metrics
+
+
+def run(cfg: EvaluateConfig) -> str:
+    if cfg.batch_size < 1:
+        raise UpstreamError(f"--batch-size must be positive, got {cfg.batch_size}")
+    run_ids = select_runs(cfg)
+    with tracked_run(ENTRY_POINT, flat_params(cfg)) as active:
+        mlflow.log_param("evaluated_runs", ",".join(run_ids)[:6000])
+        data_cache: dict = {}
+        with scratch_dir() as tmp:
+            for i, run_id in enumerate(run_ids):
+                metrics = evaluate_run(run_id, cfg, data_cache, tmp)
+                mlflow.MlflowClient().set_tag(run_id, "evaluated_by", active.info.run_id)
+                click.echo(f"[{i + 1}/{len(run_ids)}] {run_id}: test/acc {metrics['test/acc']:.4f}", err=True)
+            runs_df, histories, events = report.collect_runs(run_ids)
+            paths = report.build_report(runs_df, histories, events, tmp / "report",
+                                        target_acc=cfg.target_acc or None)
+            for path in paths.files():
+                mlflow.log_artifact(str(path), "report")
+            runs_df.to_csv(tmp / "runs.csv", index=False)
+            mlflow.log_artifact(str(tmp / "runs.csv"), "report")
+        return active.info.run_id
+
+
+@click.command(name=ENTRY_POINT, help=__doc__)
+@config_options(*CONFIGS)
+@main_guard
+def main(**values) -> None:
+    run_id = run(build_config(EvaluateConfig, values))
+    click.echo(f"evaluate run {run_id}: report in its artifacts under report/report.html")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""main: the whole study in one command: score, train static and dynamic variants, evaluate.
+
+    mlflow run . --env-manager local                  # the quick preset (about 10-15 min on 2 cores)
+    mlflow run . --env-manager local -P preset=full   # the full study
+
+Each step is its own MLflow run started through ``mlflow run`` (so ``--env-manager`` reaches
+it), and steps talk only through parameters and run ids. A step whose entry point, parameters
+(compared as values, so 12, 12.0 and "12" agree), code version, upstream run ids and dataset
+digest all match a FINISHED run is not run again: that run is reused, and main says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import mlflow
+import pandas as pd
+import yaml
+
+from models.growth import NAMED_SCHEDULES, final_spec, named_schedule
+from models.spec import resolve_spec
+from pipeline.cli import build_config, config_options, opt
+from pipeline.data import DataConfig, load_data
+from pipeline.tracking import UpstreamError, code_version, flat_params, main_guard, scratch_dir, tracked_run
+
+ENTRY_POINT = "main"
+REPO = Path(__file__).resolve().parents[1]
+ENV_MANAGERS = ("local", "virtualenv", "uv", "conda")
+
+
+@dataclass(frozen=True)
+class Preset:
+    subset: int
+    epochs: int
+    seeds: tuple[int, ...]
+    schedules: tuple[str, ...]
+    # (pacing, order) of the dynamic runs; each schedule runs with every one of them
+    curricula: tuple[tuple[str, str], ...]
+    # curricula of the static control; ("none", ...) is the matched baseline
+    static_curricula: tuple[tuple[str, str], ...]
+
+
+PRESETS = {
+    # Small enough for a laptop in about a quarter of an hour, still three seeds and the
+    # random-order control, so the report can say whether growth or data order matters.
+    "quick": Preset(subset=4000, epochs=6, seeds=(0, 1, 2), schedules=("default",),
+                    curricula=(("none", "curriculum"), ("tiers", "curriculum"), ("tiers", "random")),
+                    static_curricula=(("none", "curriculum"),)),
+    # The study: full data, every named schedule with and without the curriculum, both
+    # controls, and the curriculum alone on the static network.
+    "full": Preset(subset=0, epochs=12, seeds=(0, 1, 2),
+                   schedules=tuple(s for s in NAMED_SCHEDULES if s != "none"),
+                   curricula=(("none", "curriculum"), ("tiers", "curriculum"), ("tiers", "random"),
+                              ("tiers", "anti")),
+                   static_curricula=(("none", "curriculum"), ("tiers", "curriculum"))),
+}
+
+
+@dataclass(frozen=True)
+class MainConfig:
+    preset: str = opt("quick", "quick (minutes on a laptop) or full (the whole study)")
+    dataset: str = opt("fashion-mnist", "dataset of every step (see train_static --help)")
+    data_dir: str = opt("", "where the dataset files are; empty: found automatically")
+    seeds: str = opt("", "comma-separated seeds; empty: the preset's")
+    epochs: int = opt(0, "training epochs; 0: the preset's")
+    subset: int = opt(-1, "stratified examples per split; -1: the preset's, 0: all data")
+    env_manager: str = opt("local", "environment manager for the steps: local, virtualenv, uv or conda")
+
+
+CONFIGS = (MainConfig,)
+
+
+def resolve_preset(cfg: MainConfig) -> Preset:
+    if cfg.preset not in PRESETS:
+        raise UpstreamError(f"--preset {cfg.preset!r}: use one of {', '.join(PRESETS)}")
+    if cfg.env_manager not in ENV_MANAGERS:
+        raise UpstreamError(f"--env-manager {cfg.env_manager!r}: use one of {', '.join(ENV_MANAGERS)}")
+    preset = PRESETS[cfg.preset]
+    try:
+        seeds = tuple(int(s) for s in cfg.seeds.split(",")) if cfg.seeds.strip() else preset.seeds
+    except ValueError:
+        raise UpstreamError(f"--seeds {cfg.seeds!r} must be integers separated by commas") from None
+    if cfg.epochs < 0 or cfg.subset < -1:
+        raise UpstreamError("--epochs must be >= 0 and --subset >= -1")
+    return dataclasses.replace(preset, seeds=seeds, epochs=cfg.epochs or preset.epochs,
+                               subset=preset.subset if cfg.subset == -1 else cfg.subset)
+
+
+# --- reuse -------------------------------------------------------------------------------
+
+def _normalise(value) -> str:
+    """One spelling per value: MLflow logs '' as "''", ints may come back as 12.0."""
+    text = str(value).strip()
+    if len(text) >= 2 and text[0] == text[-1] == "'":
+        text = text[1:-1]
+    if text.lower() in ("true", "false"):
+        return text.lower()
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return repr(int(number)) if number.is_integer() else repr(number)
+
+
+def same_params(wanted: dict, logged: dict) -> bool:
+    return all(k in logged and _normalise(v) == _normalise(logged[k]) for k, v in wanted.items())
+
+
+def entry_defaults(entry_point: str) -> dict[str, str]:
+    project = yaml.safe_load((REPO / "MLproject").read_text())
+    return {k: v["default"] for k, v in project["entry_points"][entry_point]["parameters"].items()}
+
+
+def find_reusable(entry_point: str, params: dict, data_digest: str) -> str:
+    """A FINISHED run of ``entry_point`` with these parameters, code and data, or ''."""
+    version = code_version()
+    if version == "unknown":
+        return ""
+    runs = mlflow.search_runs(
+        search_all_experiments=True, output_format="list", order_by=["attributes.start_time DESC"],
+        filter_string=(f"tags.entry_point = '{entry_point}' and attributes.status = 'FINISHED' "
+                       f"and tags.code_version = '{version}'"),
+    )
+    for run in runs:
+        if data_digest and run.data.params.get("data_digest") != data_digest:
+            continue
+        if same_params(params, run.data.params):
+            return run.info.run_id
+    return ""
+
+
+class StepRunner:
+    """Runs steps through ``mlflow run``, reusing finished runs with the same inputs."""
+
+    def __init__(self, env_manager: str, experiment_id: str, parent_run_id: str, data_digest: str):
+        self.env_manager, self.experiment_id = env_manager, experiment_id
+        self.parent_run_id, self.data_digest = parent_run_id, data_digest
+        self.log: list[dict] = []
+
+    def __call__(self, entry_point: str, **overrides) -> str:
+        params = {**entry_defaults(entry_point), **overrides}
+        digest = self.data_digest if entry_point != "evaluate" else ""
+        run_id = find_reusable(entry_point, params, digest)
+        reused = bool(run_id)
+        if reused:
+            click.echo(f"main: reusing {entry_point} run {run_id}", err=True)
+        else:
+            click.echo(f"main: running {entry_point} {overrides}", err=True)
+            submitted = mlflow.projects.run(
+                str(REPO), entry_point=entry_point, parameters={k: str(v) for k, v in params.items()},
+                env_manager=self.env_manager, experiment_id=self.experiment_id, synchronous=False,
+            )
+            mlflow.MlflowClient().set_tag(submitted.run_id, "mlflow.parentRunId", self.parent_run_id)
+            if not submitted.wait():
+                raise UpstreamError(f"step {entry_point} (run {submitted.run_id}) failed: "
+                                    "see that run's failure_reason tag and log")
+            run_id = submitted.run_id
+        self.log.append({"entry_point": entry_point, "run_id": run_id, "reused": reused,
+                         **{k: str(v) for k, v in overrides.items()}})
+        return run_id
+
+
+def run(cfg: MainConfig) -> str:
+    preset = resolve_preset(cfg)
+    data_cfg = DataConfig(dataset=cfg.dataset, data_dir=cfg.data_dir, subset=preset.subset)
+    data = load_data(data_cfg)  # validates the data before anything runs, and gives its digest
+    data_params = {"dataset": cfg.dataset, "data_dir": cfg.data_dir, "subset": preset.subset}
+    with tracked_run(ENTRY_POINT, flat_params(cfg, {"resolved_seeds": list(preset.seeds),
+                                                    "resolved_epochs": preset.epochs,
+                                                    "resolved_subset": preset.subset})) as active:
+        step = StepRunner(cfg.env_manager, active.info.experiment_id, active.info.run_id, data.digest)
+        scores = step("score_difficulty", **data_params)
+        start = resolve_spec("minimal", data.input_shape, data.num_classes)
+        finals = {s: final_spec(start, named_schedule(s, preset.epochs)) for s in preset.schedules}
+        training = []
+        for seed in preset.seeds:
+            common = {**data_params, "epochs": preset.epochs, "seed": seed, "scores_run": scores,
+                      "progress": "false"}
+            # The matched static control: each distinct final architecture, trained from scratch.
+            for final in {f.to_json(): f for f in finals.values()}.values():
+                for pacing, order in preset.static_curricula:
+                    training.append(step("train_static", **common, spec=final.to_json(),
+                                         pacing=pacing, order=order))
+            for schedule in preset.schedules:
+                for pacing, order in preset.curricula:
+                    training.append(step("train_dynamic", **common, schedule=schedule,
+                                         pacing=pacing, order=order))
+        evaluation = step("evaluate", runs=",".join(training))
+        with scratch_dir() as tmp:
+            steps = pd.DataFrame(step.log)
+            steps.to_csv(tmp / "steps.csv", index=False)
+            mlflow.log_artifact(str(tmp / "steps.csv"))
+        reused = [s["run_id"] for s in step.log if s["reused"]]
+        mlflow.set_tags({"evaluate_run_id": evaluation, "scores_run_id": scores,
+                         "report": f"runs:/{evaluation}/report/report.html",
+                         "reused_runs": ",".join(reused)[:5000]})
+        mlflow.log_metrics({"steps/total": len(step.log), "steps/reused": len(reused)})
+        click.echo(f"main: {len(reused)} of {len(step.log)} steps reused", err=True)
+        _print_conclusion(evaluation)
+        return active.info.run_id
+
+
+def _print_conclusion(evaluate_run_id: str) -> None:
+    with scratch_dir() as tmp:
+        path = mlflow.artifacts.download_artifacts(run_id=evaluate_run_id,
+                                                   artifact_path="report/report.md", dst_path=str(tmp))
+        text = Path(path).read_text()
+    click.echo(text.split("\n## ")[0].strip())
+    click.echo(f"\nfull report: runs:/{evaluate_run_id}/report/report.html (MLflow UI, evaluate run)")
+
+
+@click.command(name=ENTRY_POINT, help=__doc__)
+@config_options(*CONFIGS)
+@main_guard
+def main(**values) -> None:
+    run(build_config(MainConfig, values))
+
+
+if __name__ == "__main__":
+    main()
