@@ -1,0 +1,885 @@
+"""The comparison report of the evaluate step: every configuration against the static network
+with the same final architecture, over seeds, with intervals and paired tests.
+
+``collect_runs`` reads finished training runs (tags, params, metrics, ``history.csv``,
+``architecture_trace.json``) from MLflow; ``build_report`` is a pure function of what it
+returns and writes ``comparison.csv``, ``paired.csv``, ``report.md``, a self-contained
+``report.html`` and three figures into a folder.
+
+Runs are grouped by ``variant`` tag and final architecture. A group's baseline is the group of
+variant ``static`` (entry point ``train_static``, no curriculum) whose ``final_spec`` equals
+the group's, compared as architectures: the spec's ``name`` is ignored, because a grown network
+is named after its start spec while a static one is named after itself. Pairs are formed by
+seed; several runs of one seed in one group are averaged into one value.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import math
+import re
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import mlflow
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import MaxNLocator
+
+from pipeline.stats import paired_test, summary, time_to_target
+from pipeline.tracking import ENTRY_POINT_TAG, UpstreamError
+
+HISTORY_ARTIFACT = "history.csv"
+TRACE_ARTIFACT = "architecture_trace.json"
+BASELINE_VARIANT = "static"
+BASELINE_ENTRY_POINT = "train_static"
+TARGET_FRACTION = 0.99  # default target: 99% of the baseline's mean final validation accuracy
+TIME_TO_TARGET = "time/to_target_s"  # computed here from history.csv, not logged by training
+
+TIERS = {"test/acc": "all", "test/acc_easy": "easy", "test/acc_medium": "medium", "test/acc_hard": "hard"}
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    title: str
+    kind: str  # how to print it: acc, seconds, flops, ms, plain
+    higher_is_better: bool
+
+
+METRICS: dict[str, MetricInfo] = {
+    "test/acc": MetricInfo("test accuracy (all)", "acc", True),
+    "test/acc_easy": MetricInfo("test accuracy (easy)", "acc", True),
+    "test/acc_medium": MetricInfo("test accuracy (medium)", "acc", True),
+    "test/acc_hard": MetricInfo("test accuracy (hard)", "acc", True),
+    "test/loss": MetricInfo("test loss", "plain", False),
+    "val/acc": MetricInfo("final validation accuracy", "acc", True),
+    "time/total_s": MetricInfo("wall-clock", "seconds", False),
+    TIME_TO_TARGET: MetricInfo("time to target validation accuracy", "seconds", False),
+    "train/flops_cumulative": MetricInfo("training FLOPs", "flops", False),
+    "test/infer_ms_per_example": MetricInfo("inference time per example", "ms", False),
+}
+COST_METRICS = ("time/total_s", TIME_TO_TARGET, "train/flops_cumulative", "test/infer_ms_per_example")
+
+# fmt: off
+COMPARISON_COLUMNS = [
+    "group", "variant", "entry_point", "final_spec_id", "metric", "n", "mean", "std", "ci_low", "ci_high",
+    "baseline", "n_pairs", "mean_diff", "diff_ci_low", "diff_ci_high", "t_stat", "p_t", "p_wilcoxon",
+    "within_noise", "ratio_to_baseline", "target_acc", "note",
+]
+PAIRED_COLUMNS = [
+    "group", "baseline", "metric", "seed", "run_ids", "baseline_run_ids", "value", "baseline_value", "diff",
+]
+# fmt: on
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    out_dir: Path
+    comparison_csv: Path
+    paired_csv: Path
+    report_md: Path
+    report_html: Path
+    tier_accuracy_png: Path
+    accuracy_vs_wallclock_png: Path
+    learning_curves_png: Path
+
+    @classmethod
+    def in_dir(cls, out_dir: Path) -> ReportPaths:
+        names = ["comparison.csv", "paired.csv", "report.md", "report.html", "tier_accuracy.png",
+                 "accuracy_vs_wallclock.png", "learning_curves.png"]  # fmt: skip
+        return cls(out_dir, *(out_dir / name for name in names))
+
+    def files(self) -> list[Path]:
+        """Every file written, e.g. for ``mlflow.log_artifact``."""
+        return [getattr(self, f.name) for f in fields(self) if f.name != "out_dir"]
+
+
+# --- reading runs --------------------------------------------------------------------------
+
+
+def collect_runs(
+    run_ids: Iterable[str], client: mlflow.MlflowClient | None = None
+) -> tuple[pd.DataFrame, dict[str, pd.DataFrame], dict[str, list]]:
+    """Tags, params, metrics and the history and growth events of each training run.
+
+    Returns ``runs_df`` (one row per run: run_id, run_name, entry_point, variant, seed (nullable
+    int), final_spec, status, and every metric under its own name, at its last step),
+    ``histories`` (run id -> per-epoch history, only for runs that logged ``history.csv``) and
+    ``events`` (run id -> growth events from ``architecture_trace.json``; [] when none).
+    """
+    client = client or mlflow.MlflowClient()
+    rows, histories, events = [], {}, {}
+    with tempfile.TemporaryDirectory(prefix="gcnn-report-") as tmp:
+        for run_id in dict.fromkeys(run_ids):  # de-duplicated, in order
+            try:
+                run = client.get_run(run_id)
+            except mlflow.exceptions.MlflowException:
+                raise UpstreamError(f"run {run_id}: no such run in this tracking store") from None
+            tags, params = run.data.tags, run.data.params
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "run_name": run.info.run_name or "",
+                    "entry_point": tags.get(ENTRY_POINT_TAG, ""),
+                    "variant": tags.get("variant", ""),
+                    "seed": _int_or_none(params.get("seed")),
+                    "final_spec": tags.get("final_spec", ""),
+                    "status": run.info.status,
+                    **run.data.metrics,
+                }
+            )
+            present = {info.path for info in client.list_artifacts(run_id)}
+            dest = Path(tmp) / run_id
+            dest.mkdir()
+            if HISTORY_ARTIFACT in present:
+                histories[run_id] = pd.read_csv(
+                    client.download_artifacts(run_id, HISTORY_ARTIFACT, str(dest))
+                )
+            events[run_id] = []
+            if TRACE_ARTIFACT in present:
+                trace = json.loads(
+                    Path(client.download_artifacts(run_id, TRACE_ARTIFACT, str(dest))).read_text()
+                )
+                events[run_id] = list(trace.get("events", []))
+    base = ["run_id", "run_name", "entry_point", "variant", "seed", "final_spec", "status"]
+    runs_df = pd.DataFrame(rows, columns=None if rows else base)
+    runs_df = runs_df[base + sorted(c for c in runs_df.columns if c not in base)]
+    runs_df["seed"] = runs_df["seed"].astype("Int64")
+    return runs_df, histories, events
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+# --- groups --------------------------------------------------------------------------------
+
+
+def spec_key(final_spec: str) -> str:
+    """The architecture in ``final_spec`` as canonical JSON without its name ('' when absent)."""
+    if not isinstance(final_spec, str) or not final_spec.strip():
+        return ""
+    try:
+        spec = json.loads(final_spec)
+    except json.JSONDecodeError:
+        return final_spec.strip()
+    if isinstance(spec, dict):
+        spec.pop("name", None)
+    return json.dumps(spec, sort_keys=True)
+
+
+def _spec_id(key: str) -> str:
+    return hashlib.sha1(key.encode()).hexdigest()[:6] if key else "none"
+
+
+@dataclass
+class Group:
+    label: str
+    variant: str
+    entry_point: str
+    spec_key: str
+    runs: pd.DataFrame  # the group's rows of runs_df, with a ``unit`` column (seed or run)
+    baseline: Group | None = None
+    target: float = math.nan  # target validation accuracy for time-to-target
+    target_note: str = ""
+    curves: int = 0  # runs with a validation curve in history.csv, for time-to-target
+
+    @property
+    def spec_id(self) -> str:
+        return _spec_id(self.spec_key)
+
+    @property
+    def is_baseline(self) -> bool:
+        return (
+            self.variant == BASELINE_VARIANT
+            and self.entry_point == BASELINE_ENTRY_POINT
+            and bool(self.spec_key)
+        )
+
+    def per_unit(self, metric: str) -> pd.Series:
+        """One value per seed (duplicate runs of a seed averaged), NaN where not logged."""
+        if metric not in self.runs.columns:
+            return pd.Series(dtype=float)
+        return self.runs.groupby("unit", sort=True)[metric].mean().astype(float)
+
+    def has(self, metric: str) -> bool:
+        return metric in self.runs.columns and bool(self.runs[metric].notna().any())
+
+
+def _make_groups(runs_df: pd.DataFrame, histories: dict, target_acc: float | None) -> list[Group]:
+    runs = runs_df.copy()
+    for col in ("entry_point", "variant", "final_spec"):
+        runs[col] = runs[col].fillna("").astype(str)
+    runs["variant"] = runs["variant"].replace("", "(no variant tag)")
+    runs["spec_key"] = runs["final_spec"].map(spec_key)
+    runs["unit"] = [
+        f"seed {int(s)}" if pd.notna(s) else f"run {r}" for s, r in zip(runs["seed"], runs["run_id"])
+    ]
+    runs[TIME_TO_TARGET] = math.nan
+    final_val = [_final_val_acc(row, histories.get(row["run_id"])) for _, row in runs.iterrows()]
+    runs["val/acc"] = final_val
+
+    groups = []
+    keys = runs[["variant", "entry_point", "spec_key"]].drop_duplicates().itertuples(index=False)
+    for variant, entry_point, key in keys:
+        rows = runs[
+            (runs["variant"] == variant) & (runs["entry_point"] == entry_point) & (runs["spec_key"] == key)
+        ]
+        groups.append(Group(variant, variant, entry_point, key, rows.reset_index(drop=True)))
+    # Several groups under one variant (e.g. static runs of two architectures): name the spec.
+    counts = pd.Series([g.variant for g in groups]).value_counts()
+    for g in groups:
+        if counts[g.variant] > 1:
+            g.label = f"{g.variant} [{g.spec_id}]"
+    groups.sort(key=lambda g: (not g.is_baseline, g.label))
+
+    baselines = {g.spec_key: g for g in groups if g.is_baseline}
+    for g in groups:
+        base = baselines.get(g.spec_key) if g.spec_key else None
+        g.baseline = base if base is not g else None
+        ref = base or (g if g.is_baseline else None)
+        if target_acc is not None:
+            g.target, g.target_note = float(target_acc), "given"
+        elif ref is not None and ref.has("val/acc"):
+            base_mean = float(np.nanmean(ref.per_unit("val/acc")))
+            g.target = TARGET_FRACTION * base_mean
+            g.target_note = (
+                f"{TARGET_FRACTION:.0%} of {ref.label}'s mean final val/acc {_fmt('acc', base_mean)}"
+            )
+        else:
+            g.target_note = "no target: no matched static baseline"
+        with_curve = [r for r in g.runs["run_id"] if _has_curve(histories.get(r))]
+        g.curves = len(with_curve)
+        g.runs[TIME_TO_TARGET] = [
+            time_to_target(histories[r], g.target) if r in with_curve else math.nan for r in g.runs["run_id"]
+        ]
+    return groups
+
+
+def _has_curve(history: pd.DataFrame | None) -> bool:
+    return history is not None and {"val/acc", "time/cumulative_s"} <= set(history.columns)
+
+
+def _final_val_acc(row: pd.Series, history: pd.DataFrame | None) -> float:
+    value = row.get("val/acc", math.nan)
+    if pd.notna(value):
+        return float(value)
+    if history is not None and "val/acc" in history.columns and len(history):
+        last = history.sort_values("epoch") if "epoch" in history.columns else history
+        return float(last["val/acc"].iloc[-1])
+    return math.nan
+
+
+# --- numbers -------------------------------------------------------------------------------
+
+
+def _comparison_rows(groups: list[Group]) -> tuple[list[dict], list[dict]]:
+    comparison, paired = [], []
+    for g in groups:
+        for metric in METRICS:
+            if metric == TIME_TO_TARGET:
+                if not (math.isfinite(g.target) and g.curves):
+                    continue  # no target (no baseline) or no history to read it from
+            elif not g.has(metric):
+                continue  # e.g. a tier this variant never logged
+            values = g.per_unit(metric)
+            row = {
+                "group": g.label,
+                "variant": g.variant,
+                "entry_point": g.entry_point,
+                "final_spec_id": g.spec_id,
+                "metric": metric,
+                **summary(values),
+                "baseline": "",
+                "n_pairs": 0,
+                "target_acc": math.nan,
+                "note": "",
+            }
+            notes = []
+            if metric == TIME_TO_TARGET:
+                row["target_acc"] = g.target
+                notes.append(
+                    f"target {_fmt('acc', g.target)} ({g.target_note}); reached by "
+                    f"{int(values.notna().sum())} of {len(values)} seeds"
+                )
+            if g.is_baseline:
+                notes.append("baseline")
+            elif g.baseline is None:
+                notes.append("no matched static baseline")
+            else:
+                base_values = g.baseline.per_unit(metric)
+                both = pd.concat({"a": values, "b": base_values}, axis=1, join="inner").dropna()
+                # A run without a seed param has its own unit and never pairs.
+                both = both.loc[np.array([str(unit).startswith("seed ") for unit in both.index], dtype=bool)]
+                test = paired_test(both["a"], both["b"])
+                base_mean = summary(base_values)["mean"]
+                row.update(
+                    baseline=g.baseline.label,
+                    n_pairs=test["n"],
+                    mean_diff=test["mean_diff"],
+                    diff_ci_low=test["ci_low"],
+                    diff_ci_high=test["ci_high"],
+                    t_stat=test["t_stat"],
+                    p_t=test["p_t"],
+                    p_wilcoxon=test["p_wilcoxon"],
+                    within_noise=test["within_noise"],
+                    ratio_to_baseline=row["mean"] / base_mean if base_mean else math.nan,
+                )
+                if test["n"] < 2:
+                    notes.append(f"{test['n']} matched seed(s): no test possible with n < 2")
+                for unit, (a, b) in both.iterrows():
+                    paired.append(
+                        {
+                            "group": g.label,
+                            "baseline": g.baseline.label,
+                            "metric": metric,
+                            "seed": int(unit.split()[1]),
+                            "run_ids": _run_ids(g, unit),
+                            "baseline_run_ids": _run_ids(g.baseline, unit),
+                            "value": a,
+                            "baseline_value": b,
+                            "diff": a - b,
+                        }
+                    )
+            row["note"] = "; ".join(notes)
+            comparison.append(row)
+    return comparison, paired
+
+
+def _run_ids(g: Group, unit: str) -> str:
+    return " ".join(g.runs.loc[g.runs["unit"] == unit, "run_id"])
+
+
+# --- entry ---------------------------------------------------------------------------------
+
+
+def build_report(
+    runs_df: pd.DataFrame,
+    histories: dict[str, pd.DataFrame],
+    events: dict[str, list],
+    out_dir: Path,
+    target_acc: float | None = None,
+) -> ReportPaths:
+    """Write comparison.csv, paired.csv, report.md, report.html and three PNGs into ``out_dir``.
+
+    ``target_acc`` is the validation accuracy for time-to-target; by default each group uses
+    99% of its matched static baseline's mean final ``val/acc`` (no baseline: no target).
+    """
+    if runs_df.empty:
+        raise UpstreamError(
+            "no training runs to compare: pass the run ids of train_static/train_dynamic runs"
+        )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = ReportPaths.in_dir(out_dir)
+    groups = _make_groups(runs_df, histories, target_acc)
+    comparison, paired = _comparison_rows(groups)
+    comp_df = pd.DataFrame(comparison, columns=COMPARISON_COLUMNS)
+    comp_df.to_csv(paths.comparison_csv, index=False)
+    pd.DataFrame(paired, columns=PAIRED_COLUMNS).to_csv(paths.paired_csv, index=False)
+
+    colours = {g.label: f"C{i % 10}" for i, g in enumerate(groups)}
+    _plot_tiers(comp_df, groups, colours, paths.tier_accuracy_png)
+    _plot_accuracy_vs_wallclock(groups, histories, colours, paths.accuracy_vs_wallclock_png)
+    _plot_learning_curves(groups, histories, events, colours, paths.learning_curves_png)
+
+    blocks = _document(comp_df, groups, paths)
+    paths.report_md.write_text(_to_markdown(blocks), encoding="utf-8")
+    paths.report_html.write_text(_to_html(blocks, out_dir), encoding="utf-8")
+    return paths
+
+
+# --- words ---------------------------------------------------------------------------------
+
+
+def _fmt(kind: str, value: float, diff: bool = False) -> str:
+    if value is None or not np.isfinite(value):
+        return "n/a"
+    sign = "+" if diff else ""
+    if kind == "acc":
+        return f"{value * 100:{sign}.2f}" + (" pp" if diff else "%")
+    if kind == "seconds":
+        return f"{value:{sign}.1f} s"
+    if kind == "ms":
+        return f"{value:{sign}.3f} ms"
+    if kind == "flops":
+        return f"{value:{sign}.3g}"
+    return f"{value:{sign}.4g}"
+
+
+def _p(value: float) -> str:
+    return f"{value:.3g}" if np.isfinite(value) else "n/a"
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed" if n == 1 else f"{n} seeds"
+
+
+def _verdict(row: pd.Series) -> str:
+    """significant / within noise / why there is no test, for one comparison row."""
+    if row["note"] == "baseline":
+        return "baseline"
+    if not row["baseline"]:
+        return "no matched static baseline"
+    if row["n_pairs"] < 2:
+        return f"no test possible: {_seeds(row['n_pairs'])} matched, a test needs n ≥ 2"
+    if row["diff_ci_low"] == 0.0 == row["diff_ci_high"]:
+        return "no difference: identical on every seed"
+    if row["within_noise"]:
+        return "within noise (the 95% CI of the paired difference includes 0)"
+    better = (row["mean_diff"] > 0) == METRICS[row["metric"]].higher_is_better
+    return f"significant: {row['group']} is {'better' if better else 'worse'}"
+
+
+def _diff_phrase(row: pd.Series, full: bool = True) -> str:
+    """The paired difference with its interval; ``full`` adds the Wilcoxon p-value and n."""
+    kind = METRICS[row["metric"]].kind
+    has_ratio = kind != "acc" and np.isfinite(row["ratio_to_baseline"])
+    ratio = f"{row['ratio_to_baseline']:.2f}× the baseline, " if has_ratio else ""
+    if row["n_pairs"] < 2:  # no interval and no test exist: just the one difference
+        return f"{ratio}{_fmt(kind, row['mean_diff'], True)}"
+    lo, hi = _fmt(kind, row["diff_ci_low"], True), _fmt(kind, row["diff_ci_high"], True)
+    extra = f", Wilcoxon p = {_p(row['p_wilcoxon'])}, n = {_seeds(row['n_pairs'])}" if full else ""
+    text = f"{_fmt(kind, row['mean_diff'], True)} (95% CI {lo} to {hi}, paired t p = {_p(row['p_t'])}{extra})"
+    return ratio + text
+
+
+def _conclusion(comp: pd.DataFrame) -> list[str]:
+    """Per tier: which variant has the best mean, by how much it beats its static twin, and
+    whether that is more than noise."""
+    lines = []
+    for metric, tier in TIERS.items():
+        rows = comp[comp["metric"] == metric]
+        if rows.empty:
+            continue
+        best = rows.loc[rows["mean"].idxmax()]
+        head = f"**{tier}**: best mean test accuracy is {best['group']} at {_fmt('acc', best['mean'])}"
+        if best["note"] == "baseline":
+            if (rows["baseline"] == best["group"]).any():
+                lines.append(f"{head}, the static baseline itself: no variant beats it.")
+            else:
+                lines.append(f"{head}; no variant is compared with it.")
+        elif not best["baseline"]:
+            lines.append(f"{head}; it has no matched static baseline, so no paired test is possible.")
+        else:
+            lines.append(f"{head}, {_diff_phrase(best)} against {best['baseline']}: {_verdict(best)}.")
+    if not lines:
+        lines.append("No run logged test accuracy: run the evaluate step's test pass first.")
+    lines.append(
+        "Each variant is compared with the static network of the same final architecture, paired by "
+        "seed; a difference is called significant only when the 95% CI of the paired difference "
+        "excludes 0, and within noise when it includes 0."
+    )
+    paired = comp[comp["baseline"] != ""]
+    if paired["n_pairs"].between(2, 5).any():
+        lines.append(
+            "With fewer than 6 paired seeds the two-sided Wilcoxon test cannot reach p < 0.05 however "
+            "large the effect, so the t interval decides here; more seeds would make both tests usable."
+        )
+    return lines
+
+
+def _comparison_bullets(comp: pd.DataFrame, groups: list[Group]) -> list[str]:
+    bullets = []
+    for g in groups:
+        if g.is_baseline:
+            continue
+        if g.baseline is None:
+            bullets.append(
+                f"{g.label}: no matched static baseline (no static run with its final "
+                f"architecture {g.spec_id}); only its own means are reported."
+            )
+            continue
+        rows = {r["metric"]: r for _, r in comp[comp["group"] == g.label].iterrows()}
+        n = max(int(r["n_pairs"]) for r in rows.values())
+        head = f"{g.label} vs {g.baseline.label} ({_seeds(n)} paired): "
+        shown = [rows[m] for m in [*TIERS, *COST_METRICS] if m in rows]
+        if n < 2:
+            diffs = "; ".join(f"{METRICS[r['metric']].title} {_diff_phrase(r)}" for r in shown)
+            bullets.append(f"{head}no test possible, a test needs n ≥ 2 seeds; the differences: {diffs}.")
+            continue
+        parts = []
+        for r in shown:
+            fewer = f" on {_seeds(r['n_pairs'])}" if r["n_pairs"] != n else ""
+            parts.append(f"{METRICS[r['metric']].title} {_diff_phrase(r, full=False)}{fewer}: {_verdict(r)}")
+        bullets.append(head + "; ".join(parts) + ".")
+    return bullets
+
+
+def _interval(kind: str, row: pd.Series) -> str:
+    if row is None:
+        return "n/a"
+    text = _fmt(kind, row["mean"])
+    if np.isfinite(row["ci_low"]):
+        text += f" [{_fmt(kind, row['ci_low'])}, {_fmt(kind, row['ci_high'])}]"
+    return f"{text} (n={row['n']})"
+
+
+def _document(comp: pd.DataFrame, groups: list[Group], paths: ReportPaths) -> list[tuple]:
+    """The report as blocks, rendered to both Markdown and HTML."""
+
+    def cell(label: str, metric: str):
+        rows = comp[(comp["group"] == label) & (comp["metric"] == metric)]
+        return rows.iloc[0] if len(rows) else None
+
+    tiers = [m for m in TIERS if (comp["metric"] == m).any()]
+    blocks: list[tuple] = [("h", 1, "Growing CNN: comparison report"), ("h", 2, "Conclusion")]
+    conclusion = _conclusion(comp)
+    unfinished = [
+        r for g in groups for _, r in g.runs.iterrows() if r.get("status", "FINISHED") != "FINISHED"
+    ]
+    if unfinished:
+        ids = ", ".join(f"{r['run_id']} ({r['status']})" for r in unfinished)
+        conclusion.append(
+            f"Caution: {len(unfinished)} run(s) did not finish; their last logged values are used: {ids}."
+        )
+    blocks.append(("ul", conclusion))
+    if bullets := _comparison_bullets(comp, groups):
+        blocks += [("h", 3, "Each variant against its matched static baseline"), ("ul", bullets)]
+
+    blocks += [
+        ("h", 2, "Test accuracy by tier"),
+        ("p", "Mean over seeds with its 95% Student-t interval in brackets; n is the number of seeds."),
+    ]
+    blocks.append(
+        (
+            "table",
+            ["variant", *[TIERS[m] for m in tiers]],
+            [[g.label, *[_interval("acc", cell(g.label, m)) for m in tiers]] for g in groups],
+        )
+    )
+    blocks.append(("img", paths.tier_accuracy_png.name, "per-tier test accuracy with 95% CI"))
+
+    paired_rows = comp[comp["baseline"] != ""]
+    blocks.append(("h", 2, "Paired differences to the matched static baseline"))
+    if paired_rows.empty:
+        blocks.append(("p", "No variant has a matched static baseline, so no paired test was run."))
+    else:
+        blocks.append(
+            (
+                "table",
+                [
+                    "variant",
+                    "baseline",
+                    "metric",
+                    "n pairs",
+                    "mean diff",
+                    "95% CI",
+                    "p (t)",
+                    "p (Wilcoxon)",
+                    "verdict",
+                ],
+                [
+                    [
+                        r["group"],
+                        r["baseline"],
+                        r["metric"],
+                        str(r["n_pairs"]),
+                        _fmt(METRICS[r["metric"]].kind, r["mean_diff"], True),
+                        f"{_fmt(METRICS[r['metric']].kind, r['diff_ci_low'], True)} to "
+                        f"{_fmt(METRICS[r['metric']].kind, r['diff_ci_high'], True)}",
+                        _p(r["p_t"]),
+                        _p(r["p_wilcoxon"]),
+                        _verdict(r),
+                    ]
+                    for _, r in paired_rows.iterrows()
+                ],
+            )
+        )
+
+    blocks += [
+        ("h", 2, "Cost"),
+        (
+            "p",
+            "Time to target: first cumulative training time at which "
+            "validation accuracy reached the target; runs that never reached it are left out of "
+            "the mean (see 'reached').",
+        ),
+    ]
+    cost_rows = []
+    for g in groups:
+        ttt = cell(g.label, TIME_TO_TARGET)
+        units = g.per_unit(TIME_TO_TARGET)
+        reached = "n/a" if ttt is None else f"{int(units.notna().sum())}/{len(units)}"
+        cost_rows.append(
+            [
+                g.label,
+                _interval("seconds", cell(g.label, "time/total_s")),
+                _fmt("acc", g.target),
+                _interval("seconds", ttt),
+                reached,
+                _interval("flops", cell(g.label, "train/flops_cumulative")),
+                _interval("ms", cell(g.label, "test/infer_ms_per_example")),
+            ]
+        )
+    blocks.append(
+        (
+            "table",
+            [
+                "variant",
+                "wall-clock",
+                "target val acc",
+                "time to target",
+                "reached",
+                "training FLOPs",
+                "inference / example",
+            ],
+            cost_rows,
+        )
+    )
+    blocks.append(("img", paths.accuracy_vs_wallclock_png.name, "test accuracy against wall-clock"))
+
+    blocks += [
+        ("h", 2, "Learning curves"),
+        ("p", "Validation accuracy per epoch, mean over seeds; dotted lines mark growth events."),
+    ]
+    blocks.append(("img", paths.learning_curves_png.name, "validation accuracy per epoch"))
+
+    blocks.append(("h", 2, "Final architectures"))
+    specs = {}
+    for g in groups:
+        specs.setdefault(g.spec_id, (g.spec_key, []))[1].append(g.label)
+    blocks.append(
+        (
+            "table",
+            ["spec id", "variants", "layers"],
+            [[sid, ", ".join(labels), _layers(key)] for sid, (key, labels) in specs.items()],
+        )
+    )
+
+    blocks.append(("h", 2, "Runs"))
+    run_rows = []
+    for g in groups:
+        for _, r in g.runs.iterrows():
+            run_rows.append(
+                [
+                    r["run_id"],
+                    r["run_name"],
+                    g.label,
+                    str(r["seed"]) if pd.notna(r["seed"]) else "none",
+                    _fmt("acc", r.get("test/acc", math.nan)),
+                    _fmt("seconds", r.get("time/total_s", math.nan)),
+                ]
+            )
+    blocks.append(("table", ["run id", "run name", "variant", "seed", "test acc", "wall-clock"], run_rows))
+    return blocks
+
+
+def _layers(key: str) -> str:
+    try:
+        layers = json.loads(key)["layers"]
+        return " → ".join(str(layer.get("type", "?")) for layer in layers)
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return "unknown" if not key else "unparsed spec"
+
+
+def _to_markdown(blocks: Sequence[tuple]) -> str:
+    out = []
+    for block in blocks:
+        kind = block[0]
+        if kind == "h":
+            out.append("#" * block[1] + " " + block[2])
+        elif kind == "p":
+            out.append(block[1])
+        elif kind == "ul":
+            out.append("\n".join(f"- {item}" for item in block[1]))
+        elif kind == "table":
+            head, rows = block[1], block[2]
+            esc = lambda s: str(s).replace("|", "\\|")
+            lines = ["| " + " | ".join(map(esc, head)) + " |", "|" + "---|" * len(head)]
+            lines += ["| " + " | ".join(map(esc, row)) + " |" for row in rows]
+            out.append("\n".join(lines))
+        elif kind == "img":
+            out.append(f"![{block[2]}]({block[1]})")
+    return "\n\n".join(out) + "\n"
+
+
+def _inline(text: str) -> str:
+    return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", html.escape(str(text)))
+
+
+def _to_html(blocks: Sequence[tuple], folder: Path) -> str:
+    """Self-contained HTML: inline style, images as base64 data URIs, no scripts, no links."""
+    body = []
+    for block in blocks:
+        kind = block[0]
+        if kind == "h":
+            body.append(f"<h{block[1]}>{_inline(block[2])}</h{block[1]}>")
+        elif kind == "p":
+            body.append(f"<p>{_inline(block[1])}</p>")
+        elif kind == "ul":
+            body.append("<ul>" + "".join(f"<li>{_inline(item)}</li>" for item in block[1]) + "</ul>")
+        elif kind == "table":
+            head = "".join(f"<th>{_inline(h)}</th>" for h in block[1])
+            rows = "".join(
+                "<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in block[2]
+            )
+            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+        elif kind == "img":
+            data = base64.b64encode((folder / block[1]).read_bytes()).decode("ascii")
+            body.append(f'<p><img alt="{html.escape(block[2])}" src="data:image/png;base64,{data}"></p>')
+    style = (
+        "body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
+        "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
+        "font-size:90%}th{background:#f0f0f0}img{max-width:100%}"
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>Growing CNN: comparison report</title><style>{style}</style></head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
+
+
+# --- figures -------------------------------------------------------------------------------
+
+
+def _plot_tiers(comp: pd.DataFrame, groups: list[Group], colours: dict, path: Path) -> None:
+    tiers = [m for m in TIERS if (comp["metric"] == m).any()]
+    fig, ax = plt.subplots(figsize=(max(7.0, 3.0 + len(tiers) * (0.5 + 0.35 * len(groups))), 4.5))
+    width = 0.8 / max(1, len(groups))
+    lows = []
+    for i, g in enumerate(groups):
+        rows = comp[(comp["group"] == g.label) & comp["metric"].isin(tiers)]
+        xs = [tiers.index(m) - 0.4 + width * (i + 0.5) for m in rows["metric"]]
+        if not xs:
+            continue
+        ax.bar(xs, rows["mean"], width, color=colours[g.label], label=g.label)
+        has_ci = np.isfinite(rows["ci_low"].to_numpy(dtype=float))
+        for x, (_, r), ok in zip(xs, rows.iterrows(), has_ci):
+            if ok:
+                ax.errorbar(
+                    x,
+                    r["mean"],
+                    yerr=[[r["mean"] - r["ci_low"]], [r["ci_high"] - r["mean"]]],
+                    color="black",
+                    capsize=3,
+                    linewidth=1,
+                )
+                lows.append(r["ci_low"])
+            else:  # one seed: no interval to draw, and the bar should not look like it has one
+                ax.annotate(f"n={r['n']}", (x, r["mean"]), ha="center", va="bottom", fontsize=7)
+                lows.append(r["mean"])
+    if lows:
+        # Differences of a point or two vanish on an axis from 0; say where it starts instead.
+        bottom = max(0.0, float(np.nanmin(lows)) - 0.05)
+        ax.set_ylim(bottom, 1.0)
+        ax.set_ylabel(f"test accuracy (axis starts at {bottom:.2f})")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.text(0.5, 0.5, "no test accuracy logged", ha="center", transform=ax.transAxes)
+    ax.set_xticks(range(len(tiers)), [TIERS[m] for m in tiers])
+    ax.set_title("test accuracy per tier: mean over seeds, 95% CI")
+    ax.grid(axis="y", alpha=0.3)
+    _save(fig, path)
+
+
+def _plot_accuracy_vs_wallclock(groups: list[Group], histories: dict, colours: dict, path: Path) -> None:
+    fig, (ax_run, ax_curve) = plt.subplots(1, 2, figsize=(12, 4.5))
+    targets = {}
+    for g in groups:
+        c = colours[g.label]
+        if g.has("test/acc") and "time/total_s" in g.runs.columns:
+            ax_run.scatter(g.runs["time/total_s"], g.runs["test/acc"], color=c, label=g.label)
+        labelled = False
+        for run_id in g.runs["run_id"]:
+            h = histories.get(run_id)
+            if _has_curve(h):
+                h = h.sort_values("time/cumulative_s")
+                ax_curve.plot(
+                    h["time/cumulative_s"],
+                    h["val/acc"],
+                    "-",
+                    color=c,
+                    alpha=0.7,
+                    linewidth=1,
+                    label=None if labelled else g.label,
+                )
+                labelled = True
+        if math.isfinite(g.target):
+            targets[round(g.target, 6)] = g.target
+    for target in targets.values():
+        ax_curve.axhline(target, color="grey", linestyle="--", linewidth=1)
+    ax_run.set(xlabel="wall-clock training time (s)", ylabel="final test accuracy", title="one point per run")
+    ax_curve.set(
+        xlabel="cumulative training time (s)",
+        ylabel="validation accuracy",
+        title="validation accuracy against time (dashed: target)",
+    )
+    for ax in (ax_run, ax_curve):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def _plot_learning_curves(
+    groups: list[Group], histories: dict, events: dict, colours: dict, path: Path
+) -> None:
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    drawn = False
+    for g in groups:
+        frames = [
+            histories[r]
+            for r in g.runs["run_id"]
+            if r in histories and {"epoch", "val/acc"} <= set(histories[r].columns)
+        ]
+        if frames:
+            mean = pd.concat(frames).groupby("epoch")["val/acc"].mean()
+            # Epochs drawn 1-based, as in plots.learning_curves.
+            ax.plot(
+                mean.index + 1,
+                mean.values,
+                "o-",
+                color=colours[g.label],
+                markersize=3,
+                label=f"{g.label} (n={len(frames)})",
+            )
+            drawn = True
+        seen = set()
+        for r in g.runs["run_id"]:
+            for event in events.get(r, []):
+                key = (event.get("epoch"), event.get("label", event.get("op", "")))
+                if key in seen or key[0] is None:
+                    continue
+                seen.add(key)
+                # An event at epoch e happens before epoch e runs: between points e and e+1.
+                ax.axvline(key[0] + 0.5, color=colours[g.label], linestyle=":", linewidth=1)
+                ax.annotate(
+                    str(key[1]),
+                    (key[0] + 0.5, 0.02),
+                    xycoords=("data", "axes fraction"),
+                    rotation=90,
+                    fontsize=7,
+                    color=colours[g.label],
+                )
+    if not drawn:
+        ax.text(0.5, 0.5, "no history.csv logged", ha="center", transform=ax.transAxes)
+    ax.set(
+        xlabel="epoch",
+        ylabel="validation accuracy",
+        title="validation accuracy per epoch (mean over seeds); dotted: growth events",
+    )
+    ax.grid(alpha=0.3)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if drawn:
+        ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,189 @@
+"""The comparison report on synthetic runs recorded in a real temporary MLflow store."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.entities import Metric, Param
+from scipy import stats as sps
+
+from pipeline.report import build_report, collect_runs
+
+T_975_DF2 = 4.302652729911275  # Student-t 97.5% quantile, 2 degrees of freedom
+
+LAYERS = [{"id": "c1", "type": "conv", "out": 8}, {"id": "f1", "type": "fc", "out": 32}]
+DEFAULT = {"input_shape": [1, 28, 28], "num_classes": 10, "layers": LAYERS}
+STATIC_SPEC = json.dumps({"name": "default", **DEFAULT}, sort_keys=True)
+GROWN_SPEC = json.dumps({"name": "minimal+grown", **DEFAULT}, sort_keys=True)  # same network
+DEEP_SPEC = json.dumps({"name": "minimal+grown", **DEFAULT, "layers": [*LAYERS, LAYERS[1]]})
+
+SEEDS = [0, 1, 2]
+STATIC_ACC = [0.80, 0.82, 0.81]
+STATIC_HARD = [0.60, 0.63, 0.61]
+BETTER_ACC = [0.86, 0.87, 0.865]  # +5 to +6 points on every seed
+NOISE_ACC = [0.81, 0.81, 0.816]  # static + (+0.01, -0.01, +0.006)
+STATIC_VAL = [0.80, 0.81, 0.805]
+CURVE = [0.6, 0.8, 0.9, 0.985, 1.0]  # validation accuracy per epoch, as a fraction of the final one
+EPOCH_S = {"static": 10.0, "dynamic-default+tiers": 6.0}
+
+
+def _record(variant: str, seed: int, spec: str, acc: float, hard: float | None, val: float) -> str:
+    entry_point = "train_static" if variant.startswith("static") else "train_dynamic"
+    epoch_s = EPOCH_S.get(variant, 8.0)
+    history = pd.DataFrame(
+        {
+            "epoch": range(len(CURVE)),
+            "val/acc": [val * f for f in CURVE],
+            "time/cumulative_s": [epoch_s * (e + 1) for e in range(len(CURVE))],
+            "train/flops_cumulative": [1e9 * (e + 1) for e in range(len(CURVE))],
+        }
+    )
+    events = [] if entry_point == "train_static" else [{"epoch": 2, "label": "+conv c2"}]
+    tiers = {"test/acc_easy": min(1.0, acc + 0.1), "test/acc_hard": hard} if hard is not None else {}
+    final = {"test/acc": acc, **tiers, "time/total_s": epoch_s * len(CURVE), "train/flops_cumulative": 5e9}
+    now = int(time.time() * 1000)
+    # val/acc per epoch, as training logs it: the last step is the final value
+    metrics = [Metric("val/acc", v, now, step) for step, v in enumerate(history["val/acc"])]
+    metrics += [Metric(k, v, now, 0) for k, v in final.items()]
+    tags = {"entry_point": entry_point, "variant": variant, "final_spec": spec}
+    with mlflow.start_run(run_name=f"{variant}-{seed}", tags=tags) as run:
+        # one batch per run: each store write costs a commit on the shared SQLite file
+        mlflow.MlflowClient().log_batch(run.info.run_id, metrics=metrics, params=[Param("seed", str(seed))])
+        mlflow.log_text(history.to_csv(index=False), "history.csv")
+        mlflow.log_text(json.dumps({"specs": {}, "epochs": [], "events": events}), "architecture_trace.json")
+    return run.info.run_id
+
+
+def test_report_from_runs_in_a_real_store(tracking, tmp_path):
+    """Record synthetic runs, read them back with collect_runs and check every part of the report.
+
+    One test, several checks: creating a tracking store costs seconds, so it is made once.
+    """
+    ids = []
+    for i, seed in enumerate(SEEDS):
+        ids.append(_record("static", seed, STATIC_SPEC, STATIC_ACC[i], STATIC_HARD[i], STATIC_VAL[i]))
+        ids.append(_record("dynamic-default+tiers", seed, GROWN_SPEC, BETTER_ACC[i], 0.70 + i / 100, 0.84))
+        ids.append(_record("dynamic-default+tiers-random", seed, GROWN_SPEC, NOISE_ACC[i], None, 0.80))
+    ids.append(_record("dynamic-early", 0, GROWN_SPEC, 0.83, None, 0.81))  # one seed: no test
+    ids.append(_record("dynamic-deep", 0, DEEP_SPEC, 0.84, None, 0.82))  # no static of this spec
+    runs_df, histories, events = collect_runs(ids)
+    check_collected(runs_df, histories, events, ids)
+
+    paths = build_report(runs_df, histories, events, tmp_path / "report")
+    comp = pd.read_csv(paths.comparison_csv, keep_default_na=False, na_values=[""])
+    comp = comp.set_index(["group", "metric"])
+    check_means_and_intervals(comp)
+    check_paired_difference(comp, pd.read_csv(paths.paired_csv))
+    check_time_to_target(comp)
+    check_missing_data(comp, paths.report_md.read_text(encoding="utf-8"))
+    check_words(paths.report_md.read_text(encoding="utf-8"))
+    check_html_and_figures(paths)
+
+    given = build_report(runs_df, histories, events, tmp_path / "given", target_acc=0.75)
+    ttt = pd.read_csv(given.comparison_csv).query("metric == 'time/to_target_s'")
+    assert set(ttt["target_acc"]) == {0.75} and "dynamic-deep" in set(ttt["group"])  # no baseline needed
+
+
+def check_collected(runs_df, histories, events, ids):
+    assert list(runs_df["run_id"]) == ids
+    row = runs_df.set_index("run_id").loc[ids[1]]
+    assert (row["entry_point"], row["variant"], row["seed"], row["final_spec"]) == (
+        "train_dynamic",
+        "dynamic-default+tiers",
+        0,
+        GROWN_SPEC,
+    )
+    assert row["test/acc"] == pytest.approx(BETTER_ACC[0])
+    assert row["val/acc"] == pytest.approx(0.84)  # the last epoch's value
+    assert list(histories[ids[1]]["epoch"]) == list(range(len(CURVE)))
+    assert events[ids[1]] == [{"epoch": 2, "label": "+conv c2"}]
+    assert events[ids[0]] == []  # static: no growth
+
+
+def check_means_and_intervals(comp):
+    for (group, metric), values in {
+        ("static", "test/acc"): STATIC_ACC,
+        ("static", "test/acc_hard"): STATIC_HARD,
+        ("dynamic-default+tiers", "test/acc"): BETTER_ACC,
+    }.items():
+        row = comp.loc[(group, metric)]
+        x = np.array(values)
+        half = T_975_DF2 * x.std(ddof=1) / math.sqrt(3)
+        assert row["n"] == 3
+        assert row["mean"] == pytest.approx(x.mean())
+        assert row["std"] == pytest.approx(x.std(ddof=1))
+        assert (row["ci_low"], row["ci_high"]) == (
+            pytest.approx(x.mean() - half),
+            pytest.approx(x.mean() + half),
+        )
+
+
+def check_paired_difference(comp, paired):
+    row = comp.loc[("dynamic-default+tiers", "test/acc")]
+    assert row["baseline"] == "static"  # matched although the spec names differ
+    diff = np.subtract(BETTER_ACC, STATIC_ACC)
+    assert row["n_pairs"] == 3
+    assert row["mean_diff"] == pytest.approx(diff.mean())
+    assert row["p_t"] == pytest.approx(sps.ttest_rel(BETTER_ACC, STATIC_ACC).pvalue)
+    assert row["p_wilcoxon"] == pytest.approx(sps.wilcoxon(diff).pvalue)
+    assert row["within_noise"] in (False, "False")
+    assert comp.loc[("dynamic-default+tiers-random", "test/acc"), "within_noise"] in (True, "True")
+
+    pairs = paired[(paired["group"] == "dynamic-default+tiers") & (paired["metric"] == "test/acc")]
+    assert list(pairs["seed"]) == SEEDS
+    assert np.allclose(pairs["diff"], diff)
+
+
+def check_time_to_target(comp):
+    """Default target: 99% of the baseline's mean final val/acc."""
+    target = 0.99 * np.mean(STATIC_VAL)
+    row = comp.loc[("static", "time/to_target_s")]
+    assert row["target_acc"] == pytest.approx(target)
+    # first epoch whose validation accuracy reaches the target, at 10 s per epoch
+    reached = [next(10.0 * (e + 1) for e, f in enumerate(CURVE) if v * f >= target) for v in STATIC_VAL]
+    assert row["mean"] == pytest.approx(np.mean(reached))
+    dyn = comp.loc[("dynamic-default+tiers", "time/to_target_s")]
+    assert dyn["mean"] == pytest.approx(6.0 * 4)  # 0.84 * 0.985 >= target in the 4th epoch
+
+
+def check_missing_data(comp, md):
+    deep = comp.loc[("dynamic-deep", "test/acc")]
+    assert "no matched static baseline" in deep["note"]
+    assert math.isnan(deep["mean_diff"]) and math.isnan(deep["p_t"])
+    assert ("dynamic-deep", "test/acc_hard") not in comp.index  # tier not logged: skipped
+    assert ("dynamic-default+tiers-random", "test/acc_easy") not in comp.index
+    early = comp.loc[("dynamic-early", "test/acc")]
+    assert early["n_pairs"] == 1 and math.isnan(early["p_t"])
+    assert "dynamic-deep: no matched static baseline" in md
+    assert "no test possible" in next(
+        line for line in md.splitlines() if line.startswith("- dynamic-early vs")
+    )
+
+
+def check_words(md):
+    lines = md.splitlines()
+    assert md.index("## Conclusion") < md.index("|")  # the conclusion comes before any table
+    better = next(line for line in lines if line.startswith("- dynamic-default+tiers vs static"))
+    noise = next(line for line in lines if line.startswith("- dynamic-default+tiers-random vs static"))
+    first = better.split(";")[0]  # the test/acc (all) clause
+    assert "significant: dynamic-default+tiers is better" in first and "within noise" not in first
+    assert "within noise" in noise.split(";")[0] and "significant" not in noise.split(";")[0]
+    all_line = next(line for line in lines if line.startswith("- **all**"))
+    assert "dynamic-default+tiers at 86.50%" in all_line and "significant" in all_line
+
+
+def check_html_and_figures(paths):
+    page = paths.report_html.read_text(encoding="utf-8")
+    assert "<script" not in page and "<link" not in page
+    assert 'src="http' not in page and "url(" not in page
+    assert page.count('src="data:image/png;base64,') == 3
+    assert "significant: dynamic-default+tiers is better" in page
+    for png in (paths.tier_accuracy_png, paths.accuracy_vs_wallclock_png, paths.learning_curves_png):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
+    assert set(paths.files()) <= set(paths.out_dir.iterdir())
