@@ -88,12 +88,13 @@ class GrowthConfig:
 
 
 def growth_boundaries(events: list[GrowthEvent]) -> list[int] | None:
-    """Tier boundaries tied to growth: with n events, medium examples join at event ceil(n/3)
-    and hard ones at event ceil(2n/3), so the data gets harder as the network gets bigger."""
+    """Tier boundaries tied to growth: with n events, medium examples join at event ceil(2n/3)
+    and hard ones at the last event, so the full data arrives with the complete network and
+    the small early networks train on the cheap, easy part of the data."""
     if not events:
         return None
     n = len(events)
-    return [events[math.ceil(n / 3) - 1].epoch, events[math.ceil(2 * n / 3) - 1].epoch]
+    return [events[math.ceil(2 * n / 3) - 1].epoch, events[-1].epoch]
 
 
 class ExperimentPlan(TrainingPlan):

@@ -79,6 +79,6 @@ def test_dynamic_run_with_curriculum_resumes_exactly(small_data, tmp_path):
 
 def test_tier_boundaries_follow_growth_events():
     events = parse_schedule("2:conv(8);4:pool;5:residual;7:dropout(0.3)", 12)
-    assert growth_boundaries(events) == [4, 5]
+    assert growth_boundaries(events) == [5, 7]
     assert growth_boundaries(events[:1]) == [2, 2]
     assert growth_boundaries([]) is None
