@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The many-machine path of `tune`, for real, on loopback: a PostgreSQL server holds the Optuna
+# study, an MLflow tracking server (PostgreSQL backend, artifacts proxied over HTTP) holds the
+# runs, and two tune processes in separate working directories, as on two machines, share
+# both: the first opens the study and its parent run, the second joins with --worker true.
+#
+#   scripts/distributed_tune.sh [tune options]     e.g. --subset 600 --epochs 2 --n-trials 4
+#
+# Installs PostgreSQL from Debian's packages if absent (as root), runs a throwaway cluster in a
+# temporary directory on 127.0.0.1, checks that every trial is recorded once in Optuna and once
+# in MLflow (as a child of the study's parent run) and that both processes ran trials, then
+# stops both servers and removes the directory (KEEP=1 keeps it). Exit status 77: PostgreSQL
+# is absent and could not be installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+PY=${PYTHON:-$REPO/.venv/bin/python}
+STUDY=distributed
+
+pg_bin() { find /usr/lib/postgresql -maxdepth 2 -name bin -type d 2>/dev/null | sort -V | tail -1; }
+if [ -z "$(pg_bin)" ]; then
+    echo "installing PostgreSQL from Debian's packages" >&2
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } >&2; then
+        echo "skip: PostgreSQL is not installed and apt-get could not install it" >&2
+        exit 77
+    fi
+fi
+BIN=$(pg_bin)
+# initdb refuses to run as root: run the server as the postgres user the package created.
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+WORK=$(mktemp -d /tmp/gcnn-distributed.XXXXXX)
+chmod 755 "$WORK"
+mkdir "$WORK/pg" "$WORK/machine-a" "$WORK/machine-b"
+[ "$(id -u)" = 0 ] && chown postgres "$WORK/pg"
+MLFLOW_PID=""
+cleanup() {
+    # Only what this script started: the MLflow server's process group and this cluster.
+    if [ -n "$MLFLOW_PID" ]; then kill -- -"$MLFLOW_PID" 2>/dev/null || true; fi
+    if [ -f "$WORK/pg/postmaster.pid" ]; then as_pg "$BIN/pg_ctl" -D "$WORK/pg" -m fast -w stop >/dev/null || true; fi
+    if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+PG_PORT=$(free_port)
+as_pg "$BIN/initdb" -D "$WORK/pg" -U postgres --auth=trust -E UTF8 >/dev/null
+as_pg "$BIN/pg_ctl" -D "$WORK/pg" -l "$WORK/pg/server.log" -w \
+    -o "-p $PG_PORT -k $WORK/pg -c listen_addresses=127.0.0.1" start >/dev/null
+for db in optuna mlflow; do "$BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres "$db"; done
+echo "PostgreSQL $("$BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PG_PORT" >&2
+
+MLFLOW_PORT=$(free_port)
+setsid "$PY" -m mlflow server --backend-store-uri "postgresql+psycopg2://postgres@127.0.0.1:$PG_PORT/mlflow" \
+    --artifacts-destination "$WORK/artifacts" --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1 \
+    >"$WORK/mlflow-server.log" 2>&1 &
+MLFLOW_PID=$!
+export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"
+MLFLOW_PID=$MLFLOW_PID "$PY" - <<'EOF' || { tail -20 "$WORK/mlflow-server.log" >&2; exit 1; }
+import os, time, urllib.request
+deadline = time.time() + 180
+while True:
+    try:
+        urllib.request.urlopen(os.environ["MLFLOW_TRACKING_URI"] + "/health", timeout=5)
+        break
+    except OSError:
+        try:
+            os.kill(int(os.environ["MLFLOW_PID"]), 0)
+        except ProcessLookupError:
+            raise SystemExit("the MLflow server stopped; its log follows") from None
+        if time.time() > deadline:
+            raise SystemExit("the MLflow server did not answer within 180 s")
+        time.sleep(1)
+EOF
+echo "MLflow server on $MLFLOW_TRACKING_URI" >&2
+
+export OPTUNA_STORAGE="postgresql+psycopg2://postgres@127.0.0.1:$PG_PORT/optuna"
+export PYTHONPATH="$REPO"
+tune() { "$PY" -m pipeline.tune --storage "$OPTUNA_STORAGE" --study-name "$STUDY" "$@"; }
+(cd "$WORK/machine-a" && tune "$@" >"$WORK/machine-a.log" 2>&1) &
+A=$!
+(cd "$WORK/machine-b" && tune --worker true "$@" >"$WORK/machine-b.log" 2>&1) &
+B=$!
+status=0
+wait $A || status=$?
+wait $B || status=$((status + $?))
+for m in a b; do sed "s/^/[machine-$m] /" "$WORK/machine-$m.log" | grep -v "INFO mlflow" >&2; done
+[ "$status" = 0 ] || { echo "a tune process failed" >&2; exit 1; }
+
+STUDY=$STUDY "$PY" - <<'EOF'
+"""Every trial once in Optuna and once in MLflow, under the study's parent run; both machines worked."""
+import os, tempfile
+import mlflow, optuna
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+study = optuna.load_study(study_name=os.environ["STUDY"], storage=os.environ["OPTUNA_STORAGE"])
+trials = study.get_trials()
+parent = study.user_attrs["mlflow_parent_run_id"]
+client = mlflow.MlflowClient()
+children = client.search_runs([client.get_run(parent).info.experiment_id],
+                              f"tags.`mlflow.parentRunId` = '{parent}'", max_results=1000)
+problems = []
+if [t.state.name for t in trials if t.state.name not in ("COMPLETE", "PRUNED")]:
+    problems.append("trials not finished: " + ", ".join(f"{t.number} {t.state.name}" for t in trials))
+by_number = {}
+for run in children:
+    by_number.setdefault(int(run.data.tags["optuna_trial_number"]), []).append(run.info.run_id)
+if sorted(by_number) != sorted(t.number for t in trials) or any(len(v) != 1 for v in by_number.values()):
+    problems.append(f"MLflow children by trial number {by_number} do not match trials {[t.number for t in trials]}")
+if any(by_number.get(t.number, [None])[0] != t.user_attrs.get("mlflow_run_id") for t in trials):
+    problems.append("a trial's mlflow_run_id is not its child run")
+hosts = {t.user_attrs.get("worker") for t in trials}
+if len(hosts) < 2:
+    problems.append(f"only one process ran trials: {hosts}")
+with tempfile.TemporaryDirectory() as tmp:
+    report = mlflow.artifacts.download_artifacts(run_id=parent, artifact_path="study/report.html", dst_path=tmp)
+    if "<html" not in open(report).read():
+        problems.append("the parent run's study/report.html is not a page")
+if problems:
+    raise SystemExit("distributed tune FAILED: " + "; ".join(problems))
+states = [t.state.name for t in trials]
+print(f"distributed tune OK: {len(trials)} trials ({states.count('COMPLETE')} complete, "
+      f"{states.count('PRUNED')} pruned) from {len(hosts)} processes, each once in Optuna and once "
+      f"in MLflow under parent run {parent}; report fetched over HTTP")
+EOF
