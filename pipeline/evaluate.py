@@ -60,6 +60,7 @@ CONFIGS = (EvaluateConfig,)
 
 # --- one model on one test split ---------------------------------------------------------
 
+
 @torch.no_grad()
 def inference_ms_per_example(model: SpecNet, x: torch.Tensor, batch_size: int) -> float:
     """Median over repeats of the eval-mode forward time per example, in milliseconds."""
@@ -71,20 +72,24 @@ def inference_ms_per_example(model: SpecNet, x: torch.Tensor, batch_size: int) -
     for _ in range(TIMING_REPEATS):
         start = time.perf_counter()
         for b in range(0, len(x), batch_size):
-            model(x[b: b + batch_size])
+            model(x[b : b + batch_size])
         if x.device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return 1000 * float(np.median(times)) / len(x)
 
 
-def compute_test_metrics(model: SpecNet, test: Split, tiers: torch.Tensor | None, classes: list[str],
-                 batch_size: int) -> tuple[dict[str, float], pd.DataFrame, pd.DataFrame]:
+def compute_test_metrics(
+    model: SpecNet, test: Split, tiers: torch.Tensor | None, classes: list[str], batch_size: int
+) -> tuple[dict[str, float], pd.DataFrame, pd.DataFrame]:
     """Test metrics overall and per tier, per-class accuracy and the confusion matrix."""
     result = evaluate_split(model, test, batch_size)
     y = test.y.cpu()
-    metrics = {"test/loss": result.loss, "test/acc": result.acc,
-               "test/infer_ms_per_example": inference_ms_per_example(model, test.x, batch_size)}
+    metrics = {
+        "test/loss": result.loss,
+        "test/acc": result.acc,
+        "test/infer_ms_per_example": inference_ms_per_example(model, test.x, batch_size),
+    }
     if tiers is not None:
         for t, name in enumerate(TIER_NAMES):
             mask = tiers == t
@@ -92,21 +97,25 @@ def compute_test_metrics(model: SpecNet, test: Split, tiers: torch.Tensor | None
                 metrics[f"test/acc_{name}"] = float(result.correct[mask].float().mean())
                 metrics[f"test/loss_{name}"] = float(result.per_example_loss[mask].mean())
                 metrics[f"test/infer_ms_{name}"] = inference_ms_per_example(
-                    model, test.x[mask.to(test.x.device)], batch_size)
+                    model, test.x[mask.to(test.x.device)], batch_size
+                )
     n = len(classes)
     confusion = torch.zeros(n, n, dtype=torch.long)
     confusion.index_put_((y, result.predictions), torch.ones_like(y), accumulate=True)
-    per_class = pd.DataFrame({
-        "class": classes,
-        "examples": confusion.sum(1).numpy(),
-        "accuracy": (confusion.diag().double() / confusion.sum(1).clamp_min(1)).numpy(),
-    })
+    per_class = pd.DataFrame(
+        {
+            "class": classes,
+            "examples": confusion.sum(1).numpy(),
+            "accuracy": (confusion.diag().double() / confusion.sum(1).clamp_min(1)).numpy(),
+        }
+    )
     confusion_df = pd.DataFrame(confusion.numpy(), index=classes, columns=classes)
     confusion_df.index.name = "true \\ predicted"
     return metrics, per_class, confusion_df
 
 
 # --- runs --------------------------------------------------------------------------------
+
 
 def select_runs(cfg: EvaluateConfig) -> list[str]:
     """The training runs to evaluate: given ids (checked), or every finished one that matches."""
@@ -135,9 +144,15 @@ def select_runs(cfg: EvaluateConfig) -> list[str]:
         if mlflow.get_experiment_by_name(cfg.experiment_name) is None:
             raise UpstreamError(f"--experiment-name {cfg.experiment_name!r} does not exist")
         kwargs = {"experiment_names": [cfg.experiment_name]}
-    runs = [r for kind in TRAINING_ENTRY_POINTS  # MLflow's search has no IN for tags
-            for r in mlflow.search_runs(filter_string=" and ".join([*filters, f"tags.entry_point = '{kind}'"]),
-                                        output_format="list", **kwargs)]
+    runs = [
+        r
+        for kind in TRAINING_ENTRY_POINTS  # MLflow's search has no IN for tags
+        for r in mlflow.search_runs(
+            filter_string=" and ".join([*filters, f"tags.entry_point = '{kind}'"]),
+            output_format="list",
+            **kwargs,
+        )
+    ]
     if not runs:
         raise UpstreamError("no finished train_static or train_dynamic runs to evaluate; train some first")
     return [r.info.run_id for r in runs]
@@ -146,10 +161,13 @@ def select_runs(cfg: EvaluateConfig) -> list[str]:
 def data_config_of(run: mlflow.entities.Run) -> DataConfig:
     params = run.data.params
     try:
-        return DataConfig(dataset=params["dataset"], data_dir=params.get("data_dir", "").strip("'"),
-                          val_size=int(float(params["val_size"])),
-                          split_seed=int(float(params["split_seed"])),
-                          subset=int(float(params["subset"])))
+        return DataConfig(
+            dataset=params["dataset"],
+            data_dir=params.get("data_dir", "").strip("'"),
+            val_size=int(float(params["val_size"])),
+            split_seed=int(float(params["split_seed"])),
+            subset=int(float(params["subset"])),
+        )
     except KeyError as err:
         raise UpstreamError(f"run {run.info.run_id} lacks the data parameter {err}") from None
 
@@ -163,8 +181,10 @@ def evaluate_run(run_id: str, cfg: EvaluateConfig, data_cache: dict, tmp: Path) 
         data_cache[data_cfg] = load_data(data_cfg, include_test=True)
     data: Data = data_cache[data_cfg]
     if run.data.params.get("data_digest") != data.digest:
-        raise UpstreamError(f"run {run_id} trained on data digest {run.data.params.get('data_digest')}, "
-                            f"but its data options now give {data.digest}: the data changed")
+        raise UpstreamError(
+            f"run {run_id} trained on data digest {run.data.params.get('data_digest')}, "
+            f"but its data options now give {data.digest}: the data changed"
+        )
     scores_ref = run.data.tags.get("scores_run_id") or find_scores_run(data)
     tiers = load_scores(scores_ref, data).tiers_for(data.test, "test") if scores_ref else None
     dest = tmp / run_id
@@ -181,8 +201,14 @@ def evaluate_run(run_id: str, cfg: EvaluateConfig, data_cache: dict, tmp: Path) 
     (dest / "test_metrics.json").write_text(json.dumps(metrics, indent=2))
     for name in ("per_class.csv", "confusion_matrix.csv", "test_metrics.json"):
         client.log_artifact(run_id, str(dest / name), "evaluation")
-    client.log_batch(run_id, metrics=[mlflow.entities.Metric(k, v, int(time.time() * 1000), 0)
-                                      for k, v in metrics.items() if np.isfinite(v)])
+    client.log_batch(
+        run_id,
+        metrics=[
+            mlflow.entities.Metric(k, v, int(time.time() * 1000), 0)
+            for k, v in metrics.items()
+            if np.isfinite(v)
+        ],
+    )
     client.set_tag(run_id, "test_scores_run_id", scores_ref or "")
     return metrics
 
@@ -200,8 +226,9 @@ def run(cfg: EvaluateConfig) -> str:
                 mlflow.MlflowClient().set_tag(run_id, "evaluated_by", active.info.run_id)
                 click.echo(f"[{i + 1}/{len(run_ids)}] {run_id}: test/acc {metrics['test/acc']:.4f}", err=True)
             runs_df, histories, events = report.collect_runs(run_ids)
-            paths = report.build_report(runs_df, histories, events, tmp / "report",
-                                        target_acc=cfg.target_acc or None)
+            paths = report.build_report(
+                runs_df, histories, events, tmp / "report", target_acc=cfg.target_acc or None
+            )
             for path in paths.files():
                 mlflow.log_artifact(str(path), "report")
             runs_df.to_csv(tmp / "runs.csv", index=False)

@@ -46,16 +46,24 @@ class Preset:
 PRESETS = {
     # Small enough for a laptop in about a quarter of an hour, still three seeds and the
     # random-order control, so the report can say whether growth or data order matters.
-    "quick": Preset(subset=4000, epochs=6, seeds=(0, 1, 2), schedules=("default",),
-                    curricula=(("none", "curriculum"), ("tiers", "curriculum"), ("tiers", "random")),
-                    static_curricula=(("none", "curriculum"),)),
+    "quick": Preset(
+        subset=4000,
+        epochs=6,
+        seeds=(0, 1, 2),
+        schedules=("default",),
+        curricula=(("none", "curriculum"), ("tiers", "curriculum"), ("tiers", "random")),
+        static_curricula=(("none", "curriculum"),),
+    ),
     # The study: full data, every named schedule with and without the curriculum, both
     # controls, and the curriculum alone on the static network.
-    "full": Preset(subset=0, epochs=12, seeds=(0, 1, 2),
-                   schedules=tuple(s for s in NAMED_SCHEDULES if s != "none"),
-                   curricula=(("none", "curriculum"), ("tiers", "curriculum"), ("tiers", "random"),
-                              ("tiers", "anti")),
-                   static_curricula=(("none", "curriculum"), ("tiers", "curriculum"))),
+    "full": Preset(
+        subset=0,
+        epochs=12,
+        seeds=(0, 1, 2),
+        schedules=tuple(s for s in NAMED_SCHEDULES if s != "none"),
+        curricula=(("none", "curriculum"), ("tiers", "curriculum"), ("tiers", "random"), ("tiers", "anti")),
+        static_curricula=(("none", "curriculum"), ("tiers", "curriculum")),
+    ),
 }
 
 
@@ -85,11 +93,16 @@ def resolve_preset(cfg: MainConfig) -> Preset:
         raise UpstreamError(f"--seeds {cfg.seeds!r} must be integers separated by commas") from None
     if cfg.epochs < 0 or cfg.subset < -1:
         raise UpstreamError("--epochs must be >= 0 and --subset >= -1")
-    return dataclasses.replace(preset, seeds=seeds, epochs=cfg.epochs or preset.epochs,
-                               subset=preset.subset if cfg.subset == -1 else cfg.subset)
+    return dataclasses.replace(
+        preset,
+        seeds=seeds,
+        epochs=cfg.epochs or preset.epochs,
+        subset=preset.subset if cfg.subset == -1 else cfg.subset,
+    )
 
 
 # --- reuse -------------------------------------------------------------------------------
+
 
 def _normalise(value) -> str:
     """One spelling per value: MLflow logs '' as "''", ints may come back as 12.0."""
@@ -120,9 +133,13 @@ def find_reusable(entry_point: str, params: dict, data_digest: str) -> str:
     if version == "unknown":
         return ""
     runs = mlflow.search_runs(
-        search_all_experiments=True, output_format="list", order_by=["attributes.start_time DESC"],
-        filter_string=(f"tags.entry_point = '{entry_point}' and attributes.status = 'FINISHED' "
-                       f"and tags.code_version = '{version}'"),
+        search_all_experiments=True,
+        output_format="list",
+        order_by=["attributes.start_time DESC"],
+        filter_string=(
+            f"tags.entry_point = '{entry_point}' and attributes.status = 'FINISHED' "
+            f"and tags.code_version = '{version}'"
+        ),
     )
     for run in runs:
         if data_digest and run.data.params.get("data_digest") != data_digest:
@@ -150,16 +167,28 @@ class StepRunner:
         else:
             click.echo(f"main: running {entry_point} {overrides}", err=True)
             submitted = mlflow.projects.run(
-                str(REPO), entry_point=entry_point, parameters={k: str(v) for k, v in params.items()},
-                env_manager=self.env_manager, experiment_id=self.experiment_id, synchronous=False,
+                str(REPO),
+                entry_point=entry_point,
+                parameters={k: str(v) for k, v in params.items()},
+                env_manager=self.env_manager,
+                experiment_id=self.experiment_id,
+                synchronous=False,
             )
             mlflow.MlflowClient().set_tag(submitted.run_id, "mlflow.parentRunId", self.parent_run_id)
             if not submitted.wait():
-                raise UpstreamError(f"step {entry_point} (run {submitted.run_id}) failed: "
-                                    "see that run's failure_reason tag and log")
+                raise UpstreamError(
+                    f"step {entry_point} (run {submitted.run_id}) failed: "
+                    "see that run's failure_reason tag and log"
+                )
             run_id = submitted.run_id
-        self.log.append({"entry_point": entry_point, "run_id": run_id, "reused": reused,
-                         **{k: str(v) for k, v in overrides.items()}})
+        self.log.append(
+            {
+                "entry_point": entry_point,
+                "run_id": run_id,
+                "reused": reused,
+                **{k: str(v) for k, v in overrides.items()},
+            }
+        )
         return run_id
 
 
@@ -168,35 +197,55 @@ def run(cfg: MainConfig) -> str:
     data_cfg = DataConfig(dataset=cfg.dataset, data_dir=cfg.data_dir, subset=preset.subset)
     data = load_data(data_cfg)  # validates the data before anything runs, and gives its digest
     data_params = {"dataset": cfg.dataset, "data_dir": cfg.data_dir, "subset": preset.subset}
-    with tracked_run(ENTRY_POINT, flat_params(cfg, {"resolved_seeds": list(preset.seeds),
-                                                    "resolved_epochs": preset.epochs,
-                                                    "resolved_subset": preset.subset})) as active:
+    with tracked_run(
+        ENTRY_POINT,
+        flat_params(
+            cfg,
+            {
+                "resolved_seeds": list(preset.seeds),
+                "resolved_epochs": preset.epochs,
+                "resolved_subset": preset.subset,
+            },
+        ),
+    ) as active:
         step = StepRunner(cfg.env_manager, active.info.experiment_id, active.info.run_id, data.digest)
         scores = step("score_difficulty", **data_params)
         start = resolve_spec("minimal", data.input_shape, data.num_classes)
         finals = {s: final_spec(start, named_schedule(s, preset.epochs)) for s in preset.schedules}
         training = []
         for seed in preset.seeds:
-            common = {**data_params, "epochs": preset.epochs, "seed": seed, "scores_run": scores,
-                      "progress": "false"}
+            common = {
+                **data_params,
+                "epochs": preset.epochs,
+                "seed": seed,
+                "scores_run": scores,
+                "progress": "false",
+            }
             # The matched static control: each distinct final architecture, trained from scratch.
             for final in {f.to_json(): f for f in finals.values()}.values():
                 for pacing, order in preset.static_curricula:
-                    training.append(step("train_static", **common, spec=final.to_json(),
-                                         pacing=pacing, order=order))
+                    training.append(
+                        step("train_static", **common, spec=final.to_json(), pacing=pacing, order=order)
+                    )
             for schedule in preset.schedules:
                 for pacing, order in preset.curricula:
-                    training.append(step("train_dynamic", **common, schedule=schedule,
-                                         pacing=pacing, order=order))
+                    training.append(
+                        step("train_dynamic", **common, schedule=schedule, pacing=pacing, order=order)
+                    )
         evaluation = step("evaluate", runs=",".join(training))
         with scratch_dir() as tmp:
             steps = pd.DataFrame(step.log)
             steps.to_csv(tmp / "steps.csv", index=False)
             mlflow.log_artifact(str(tmp / "steps.csv"))
         reused = [s["run_id"] for s in step.log if s["reused"]]
-        mlflow.set_tags({"evaluate_run_id": evaluation, "scores_run_id": scores,
-                         "report": f"runs:/{evaluation}/report/report.html",
-                         "reused_runs": ",".join(reused)[:5000]})
+        mlflow.set_tags(
+            {
+                "evaluate_run_id": evaluation,
+                "scores_run_id": scores,
+                "report": f"runs:/{evaluation}/report/report.html",
+                "reused_runs": ",".join(reused)[:5000],
+            }
+        )
         mlflow.log_metrics({"steps/total": len(step.log), "steps/reused": len(reused)})
         click.echo(f"main: {len(reused)} of {len(step.log)} steps reused", err=True)
         _print_conclusion(evaluation)
@@ -205,8 +254,9 @@ def run(cfg: MainConfig) -> str:
 
 def _print_conclusion(evaluate_run_id: str) -> None:
     with scratch_dir() as tmp:
-        path = mlflow.artifacts.download_artifacts(run_id=evaluate_run_id,
-                                                   artifact_path="report/report.md", dst_path=str(tmp))
+        path = mlflow.artifacts.download_artifacts(
+            run_id=evaluate_run_id, artifact_path="report/report.md", dst_path=str(tmp)
+        )
         text = Path(path).read_text()
     click.echo(text.split("\n## ")[0].strip())
     click.echo(f"\nfull report: runs:/{evaluate_run_id}/report/report.html (MLflow UI, evaluate run)")

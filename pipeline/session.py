@@ -53,6 +53,15 @@ class TrainingOutcome:
     state: FitState
     total_s: float
 
+    def summary(self) -> str:
+        """The one line a training command prints when it finishes."""
+        last, events = self.state.history[-1], len(self.state.trace.events)
+        grown = f", {events} growth events" if events else ""
+        return (
+            f"val/acc {last['val/acc']:.4f} after {self.state.epoch} epochs "
+            f"in {self.state.cumulative_s:.1f}s{grown}"
+        )
+
 
 def resume_checkpoint(run_id: str, entry_point: str, dest: Path) -> Path:
     """Download the last checkpoint of ``run_id``, refusing a run of another entry point."""

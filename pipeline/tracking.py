@@ -58,10 +58,16 @@ def code_version() -> str:
     passes for the code a run was made with."""
     repo = Path(__file__).resolve().parents[1]
     try:
-        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, check=True, timeout=30).stdout.strip()
-        diff = subprocess.run(["git", "-C", str(repo), "diff", "HEAD"], capture_output=True,
-                              check=True, timeout=30).stdout
+        commit = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.strip()
+        diff = subprocess.run(
+            ["git", "-C", str(repo), "diff", "HEAD"], capture_output=True, check=True, timeout=30
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return f"{commit[:12]}-{hashlib.sha256(diff).hexdigest()[:12]}" if diff else commit[:12]

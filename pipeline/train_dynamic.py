@@ -95,12 +95,7 @@ def run(
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:
-    outcome = run(*(build_config(cls, values) for cls in CONFIGS))
-    last = outcome.state.history[-1]
-    click.echo(
-        f"val/acc {last['val/acc']:.4f} after {outcome.state.epoch} epochs "
-        f"in {outcome.state.cumulative_s:.1f}s, {len(outcome.state.trace.events)} growth events"
-    )
+    click.echo(run(*(build_config(cls, values) for cls in CONFIGS)).summary())
 
 
 if __name__ == "__main__":

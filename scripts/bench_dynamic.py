@@ -61,29 +61,61 @@ def main(seeds: str, epochs: int, subset: int, schedule: str, output: str) -> No
     for seed in (int(s) for s in seeds.split(",")):
         train = TrainConfig(epochs=epochs, seed=seed)
         quiet = RunConfig(progress=False)
-        static = train_static.run(data_cfg, train, train_static.StaticConfig(spec=final.to_json()),
-                                  CurriculumConfig(scores_run=scores), quiet)
-        dynamic = train_dynamic.run(data_cfg, train, GrowthConfig(schedule=schedule),
-                                    DynamicCurriculumConfig(scores_run=scores), quiet)
+        static = train_static.run(
+            data_cfg,
+            train,
+            train_static.StaticConfig(spec=final.to_json()),
+            CurriculumConfig(scores_run=scores),
+            quiet,
+        )
+        dynamic = train_dynamic.run(
+            data_cfg,
+            train,
+            GrowthConfig(schedule=schedule),
+            DynamicCurriculumConfig(scores_run=scores),
+            quiet,
+        )
         s_acc, s_time = _final(static)
         d_acc, d_time = _final(dynamic)
         budget_epochs = max(1, round(epochs * d_time / s_time))
-        same_time = train_static.run(data_cfg, TrainConfig(epochs=budget_epochs, seed=seed),
-                                     train_static.StaticConfig(spec=final.to_json()),
-                                     CurriculumConfig(scores_run=scores), quiet)
+        same_time = train_static.run(
+            data_cfg,
+            TrainConfig(epochs=budget_epochs, seed=seed),
+            train_static.StaticConfig(spec=final.to_json()),
+            CurriculumConfig(scores_run=scores),
+            quiet,
+        )
         b_acc, b_time = _final(same_time)
-        rows.append({"seed": seed, "static_val_acc": s_acc, "static_s": s_time, "dynamic_val_acc": d_acc,
-                     "dynamic_s": d_time, "time_ratio": d_time / s_time,
-                     "same_time_static_epochs": budget_epochs, "same_time_static_val_acc": b_acc,
-                     "same_time_static_s": b_time})
+        rows.append(
+            {
+                "seed": seed,
+                "static_val_acc": s_acc,
+                "static_s": s_time,
+                "dynamic_val_acc": d_acc,
+                "dynamic_s": d_time,
+                "time_ratio": d_time / s_time,
+                "same_time_static_epochs": budget_epochs,
+                "same_time_static_val_acc": b_acc,
+                "same_time_static_s": b_time,
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     ratio = summary([r["time_ratio"] for r in rows])
     vs_static = paired_test([r["dynamic_val_acc"] for r in rows], [r["static_val_acc"] for r in rows])
-    vs_budget = paired_test([r["dynamic_val_acc"] for r in rows], [r["same_time_static_val_acc"] for r in rows])
-    result = {"epochs": epochs, "subset": subset, "schedule": schedule, "scores_run": scores, "runs": rows,
-              "time_ratio": ratio, "val_acc_dynamic_minus_static": vs_static,
-              "val_acc_dynamic_minus_same_time_static": vs_budget,
-              "median_time_ratio": statistics.median(r["time_ratio"] for r in rows)}
+    vs_budget = paired_test(
+        [r["dynamic_val_acc"] for r in rows], [r["same_time_static_val_acc"] for r in rows]
+    )
+    result = {
+        "epochs": epochs,
+        "subset": subset,
+        "schedule": schedule,
+        "scores_run": scores,
+        "runs": rows,
+        "time_ratio": ratio,
+        "val_acc_dynamic_minus_static": vs_static,
+        "val_acc_dynamic_minus_same_time_static": vs_budget,
+        "median_time_ratio": statistics.median(r["time_ratio"] for r in rows),
+    }
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     Path(output).write_text(json.dumps(result, indent=2))
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=2))

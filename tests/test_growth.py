@@ -215,7 +215,13 @@ NO_FC = ArchSpec(
         (SMALL, "1:fc(64)", False, ["head"], []),
         (SMALL, "1:fc(600)@before:fc1", True, [], ["fc1"]),  # 600 >= 32*4*4 flattened features
         (NO_FC, "1:fc(9)", True, [], ["head"]),
-        (WITH_RESIDUAL, "1:conv(6)@after:conv1", True, [], ["res1", "bn1", "fc1"]),  # pool1 has no weights: reused
+        (
+            WITH_RESIDUAL,
+            "1:conv(6)@after:conv1",
+            True,
+            [],
+            ["res1", "bn1", "fc1"],
+        ),  # pool1 has no weights: reused
         (DEFAULT, "1:conv(48)@after:pool1", True, [], ["conv2"]),  # conv2 ignores the 16 extra channels
         (WITH_RESIDUAL, "1:residual@after:bn1", False, [], []),  # after a batchnorm: may be negative
         (WITH_RESIDUAL, "1:conv(4)@after:bn1", False, [], []),
