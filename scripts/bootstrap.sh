@@ -6,7 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3.11}
-pins() { awk '/^ *- pip:/{inpip=1; next} inpip && /^ *- /{sub(/^ *- /, ""); print} inpip && !/^ *- /{inpip=0}' conda.yaml; }
+# The pins are the `- name==version` lines that follow `- pip:`; the first other line ends them.
+pins() { awk '/^ *- pip:/{inpip=1; next} inpip && /^ *- /{sub(/^ *- /, ""); print; next} {inpip=0}' conda.yaml; }
+# `scripts/bootstrap.sh --pins` prints what would be installed (the tests check it against the YAML).
+if [ "${1:-}" = --pins ]; then pins; exit 0; fi
 stamp=$(pins | sha256sum | cut -c1-16)
 
 if [ ! -f .venv/.pins-"$stamp" ]; then

@@ -29,3 +29,20 @@ def test_mlproject_defaults_equal_config_defaults():
                 default = entry["parameters"][f.name]["default"]
                 expected = str(f.default).lower() if isinstance(f.default, bool) else f.default
                 assert default == expected, (name, f.name)
+
+
+def test_bootstrap_installs_exactly_the_conda_pip_pins():
+    conda = yaml.safe_load((REPO / "conda.yaml").read_text())
+    pip_section = next(d["pip"] for d in conda["dependencies"] if isinstance(d, dict) and "pip" in d)
+    printed = subprocess.run(
+        ["bash", "scripts/bootstrap.sh", "--pins"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert printed == pip_section
+    # The test runner itself must come from the pins, or a fresh .venv cannot run this suite.
+    assert any(pin.startswith("pytest==") for pin in printed)
+
+
+def test_every_pin_is_exact():
+    conda = yaml.safe_load((REPO / "conda.yaml").read_text())
+    pip_section = next(d["pip"] for d in conda["dependencies"] if isinstance(d, dict) and "pip" in d)
+    assert all("==" in pin for pin in pip_section), pip_section
