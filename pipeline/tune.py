@@ -494,6 +494,12 @@ class Worker:
 
         try:
             fit(state, self.on_device, train_cfg, plan, val_tiers=val_tiers, on_epoch=on_epoch)
+        except DivergenceError as err:  # these choices (typically the lr) cannot train: prune, say where
+            reason = f"diverged: {err}"
+            trial.set_user_attr(study_report.ATTR_FAIL, reason)
+            trial.set_user_attr(study_report.ATTR_PRUNED_AT, err.epoch + 1)
+            run.set_tags({"diverged_at": f"epoch {err.epoch}, step {err.step}"})
+            raise optuna.TrialPruned(reason) from None
         finally:  # a pruned trial keeps what it trained: its trace and history so far
             if state.history:
                 log_trial_artifacts(run, state, plan)
@@ -519,7 +525,7 @@ class Worker:
             waiting = any(t.state == TrialState.WAITING for t in trials)
             if waiting or sum(counted(t) for t in trials) < n_trials:
                 # optimize (not ask/tell): it beats the heartbeat and fails stale trials first.
-                self.study.optimize(self.objective, n_trials=1, catch=(DivergenceError,))
+                self.study.optimize(self.objective, n_trials=1)
                 ran += 1
                 continue
             if heartbeat and any(t.state == TrialState.RUNNING for t in trials):
