@@ -7,8 +7,11 @@ trace, learning curves, per-epoch history and the model (safetensors weights + s
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +28,7 @@ from pipeline.data import Data
 from pipeline.loop import pick_device, seed_everything
 from pipeline.plan import CurriculumConfig, growth_boundaries
 from pipeline.scores import load_scores
-from pipeline.tracking import UpstreamError, log_json, scratch_dir
+from pipeline.tracking import UpstreamError, log_dataset, log_json, scratch_dir, tracked_run
 from pipeline.training import (
     FitState,
     TrainConfig,
@@ -63,11 +66,15 @@ class TrainingOutcome:
         )
 
 
-def resume_checkpoint(run_id: str, entry_point: str, dest: Path) -> Path:
-    """Download the last checkpoint of ``run_id``, refusing a run of another entry point."""
-    client = mlflow.MlflowClient()
+def check_resumable(run_id: str, entry_point: str) -> None:
+    """Refuse a run that does not exist, is of another entry point or has finished.
+
+    Called before the run is reopened: reopening would retag it (and a failure would mark
+    another step's run FAILED)."""
+    if not run_id:
+        return
     try:
-        run = client.get_run(run_id)
+        run = mlflow.MlflowClient().get_run(run_id)
     except mlflow.exceptions.MlflowException:
         raise UpstreamError(f"--resume {run_id}: no such run in this tracking store") from None
     kind = run.data.tags.get("entry_point")
@@ -75,6 +82,28 @@ def resume_checkpoint(run_id: str, entry_point: str, dest: Path) -> Path:
         raise UpstreamError(f"--resume {run_id} is a {kind or 'untagged'} run, not {entry_point}")
     if run.info.status == "FINISHED":
         raise UpstreamError(f"--resume {run_id} already FINISHED; there is nothing to continue")
+
+
+@contextlib.contextmanager
+def training_run(
+    entry_point: str, run_cfg: RunConfig, params: dict[str, str], tags: dict[str, str], data: Data
+) -> Iterator[mlflow.ActiveRun]:
+    """The MLflow run of a training command: a new one, or with ``--resume`` the interrupted
+    one (checked before it is reopened), with the data logged as its input."""
+    check_resumable(run_cfg.resume, entry_point)
+    outer_run_id = os.environ.get("MLFLOW_RUN_ID", "")
+    if run_cfg.resume and outer_run_id and outer_run_id != run_cfg.resume:
+        # `mlflow run` made a fresh run for this step; point it at the run that continues.
+        mlflow.MlflowClient().set_tag(outer_run_id, "resumed_run_id", run_cfg.resume)
+    with tracked_run(
+        entry_point, params, run_name=run_cfg.run_name or None, run_id=run_cfg.resume or None, tags=tags
+    ) as active:
+        log_dataset(data)
+        yield active
+
+
+def resume_checkpoint(run_id: str, dest: Path) -> Path:
+    """Download the last checkpoint of ``run_id``, a run ``check_resumable`` accepted."""
     try:
         path = mlflow.artifacts.download_artifacts(
             run_id=run_id, artifact_path=CHECKPOINT_ARTIFACT, dst_path=str(dest)
@@ -104,7 +133,7 @@ def train_and_log(
     mlflow.set_tag("device", str(device))
     with scratch_dir() as tmp:
         if resume_run_id:
-            ckpt = resume_checkpoint(resume_run_id, entry_point, tmp / "resume")
+            ckpt = resume_checkpoint(resume_run_id, tmp / "resume")
             state = load_checkpoint(ckpt, cfg, plan, device)
             if state.epoch >= cfg.epochs:
                 raise UpstreamError(

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,10 @@ from pipeline.data import Data
 
 FAILURE_TAG = "failure_reason"
 ENTRY_POINT_TAG = "entry_point"
+# Which process owns a RUNNING run: so that a run whose process died can be told from a live one.
+HOST_TAG = "process_host"
+PID_TAG = "process_pid"
+PROC_START_TAG = "process_start"  # the process's start time, so a reused pid is not taken as alive
 
 
 class Terminated(BaseException):
@@ -82,10 +87,14 @@ def tracked_run(
     tags: dict[str, str] | None = None,
 ) -> Iterator[mlflow.ActiveRun]:
     """Open (or, under ``mlflow run`` or ``--resume``, reopen) the step's run and close it honestly."""
+    for stale in fail_stale_runs():
+        click.echo(f"marked run {stale} FAILED: its process died while it was RUNNING", err=True)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     run = mlflow.start_run(run_id=run_id, run_name=None if run_id else run_name)
     try:
-        mlflow.set_tags({ENTRY_POINT_TAG: entry_point, "code_version": code_version(), **(tags or {})})
+        mlflow.set_tags(
+            {ENTRY_POINT_TAG: entry_point, "code_version": code_version(), **owner_tags(), **(tags or {})}
+        )
         # `mlflow run` has already logged the parameters it passed (in its own spelling, and
         # MLflow refuses to change a logged value); log only the ones still missing.
         logged = mlflow.get_run(run.info.run_id).data.params
@@ -105,6 +114,61 @@ def tracked_run(
         mlflow.end_run("FINISHED")
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def owner_tags(pid: int | None = None) -> dict[str, str]:
+    """Tags naming the process that keeps a run RUNNING (this one by default)."""
+    pid = os.getpid() if pid is None else pid
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(pid), PROC_START_TAG: _process_start(pid)}
+
+
+def _process_start(pid: int) -> str:
+    # Field 22 of /proc/PID/stat: start time in clock ticks since boot ('' where there is no /proc).
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _process_alive(pid: int, start: str) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        pass
+    return not start or _process_start(pid) in ("", start)
+
+
+def fail_stale_runs(client: mlflow.MlflowClient | None = None) -> list[str]:
+    """Mark FAILED every RUNNING run of this tracking store whose owning process, on this host,
+    no longer exists (killed with SIGKILL, out of memory, power loss). Returns their ids.
+
+    Runs owned by other hosts are left alone: their liveness cannot be checked from here (a
+    killed worker's Optuna trial is retried by heartbeat; its MLflow run stays RUNNING until a
+    pipeline starts on its host). Runs without owner tags (not started by this pipeline) too."""
+    client = client or mlflow.MlflowClient()
+    host = socket.gethostname()
+    experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    if not experiment_ids:
+        return []
+    stale = []
+    for run in client.search_runs(
+        experiment_ids,
+        filter_string=f"attributes.status = 'RUNNING' and tags.{HOST_TAG} = '{host}'",
+        max_results=1000,
+    ):
+        tags = run.data.tags
+        pid = tags.get(PID_TAG, "")
+        if not pid.isdigit() or _process_alive(int(pid), tags.get(PROC_START_TAG, "")):
+            continue
+        client.set_tag(
+            run.info.run_id, FAILURE_TAG, f"stale: process {pid} on {host} died while the run was RUNNING"
+        )
+        client.set_terminated(run.info.run_id, "FAILED")
+        stale.append(run.info.run_id)
+    return stale
 
 
 def one_line(err: BaseException) -> str:
@@ -169,10 +233,13 @@ def main_guard(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        # Read now: MLflow clears the variable when a run ends, and with --resume the run
+        # that ends is not the one `mlflow run` made for this step.
+        outer_run_id = os.environ.get("MLFLOW_RUN_ID", "")
         try:
             return fn(*args, **kwargs)
         except user_errors() as err:
-            _fail_outer_run(err)
+            _fail_outer_run(err, outer_run_id)
             click.echo(f"error: {one_line(err)}", err=True)
             sys.exit(2)
         except (KeyboardInterrupt, Terminated):
@@ -182,10 +249,9 @@ def main_guard(fn):
     return wrapper
 
 
-def _fail_outer_run(err: BaseException) -> None:
+def _fail_outer_run(err: BaseException, run_id: str) -> None:
     """Under ``mlflow run`` the run exists before our code; mark it FAILED with the reason
     even when the error came before ``tracked_run`` opened it."""
-    run_id = os.environ.get("MLFLOW_RUN_ID")
     if not run_id:
         return
     client = mlflow.MlflowClient()

@@ -19,8 +19,8 @@ from pipeline import plots
 from pipeline.cli import build_config, config_options
 from pipeline.data import Data, DataConfig, load_data
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
-from pipeline.session import RunConfig, TrainingOutcome, prepare_curriculum, train_and_log
-from pipeline.tracking import flat_params, log_dataset, main_guard, scratch_dir, tracked_run
+from pipeline.session import RunConfig, TrainingOutcome, prepare_curriculum, train_and_log, training_run
+from pipeline.tracking import flat_params, main_guard, scratch_dir
 from pipeline.training import TrainConfig
 
 ENTRY_POINT = "train_dynamic"
@@ -65,10 +65,7 @@ def run(
         **setup.tags(),
         "variant": f"dynamic-{schedule_label(growth_cfg.schedule)}{setup.label()}",
     }
-    with tracked_run(
-        ENTRY_POINT, params, run_name=run_cfg.run_name or None, run_id=run_cfg.resume or None, tags=tags
-    ):
-        log_dataset(data)
+    with training_run(ENTRY_POINT, run_cfg, params, tags, data):
         outcome = train_and_log(
             data,
             start,

@@ -14,8 +14,8 @@ from models.spec import ArchSpec, resolve_spec
 from pipeline.cli import build_config, config_options, opt
 from pipeline.data import Data, DataConfig, load_data
 from pipeline.plan import CurriculumConfig, ExperimentPlan
-from pipeline.session import RunConfig, TrainingOutcome, prepare_curriculum, train_and_log
-from pipeline.tracking import flat_params, log_dataset, main_guard, tracked_run
+from pipeline.session import RunConfig, TrainingOutcome, prepare_curriculum, train_and_log, training_run
+from pipeline.tracking import flat_params, main_guard
 from pipeline.training import TrainConfig
 
 ENTRY_POINT = "train_static"
@@ -56,10 +56,7 @@ def run(
         **setup.tags(),
         "variant": "static" + setup.label(),
     }
-    with tracked_run(
-        ENTRY_POINT, params, run_name=run_cfg.run_name or None, run_id=run_cfg.resume or None, tags=tags
-    ):
-        log_dataset(data)
+    with training_run(ENTRY_POINT, run_cfg, params, tags, data):
         return train_and_log(
             data,
             spec,

@@ -69,6 +69,7 @@ from pipeline.tracking import (
     log_dataset,
     main_guard,
     one_line,
+    owner_tags,
     scratch_dir,
     tracked_run,
 )
@@ -435,7 +436,7 @@ class Worker:
             study_report.ATTR_RETRY_OF: retry_of if retry_of is not None else "",
         }.items():
             trial.set_user_attr(key, value)
-        tags = {"worker": self.name, "code_version": self.code_version}
+        tags = {"worker": self.name, "code_version": self.code_version, **owner_tags()}
         if retry_of is not None:
             tags["retry_of"] = str(retry_of)
         with TrialRun(self.parent_run_id, self.experiment_id, trial, tags) as run:

@@ -18,11 +18,14 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import click
 import mlflow
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
 
 from models.growth import named_schedule, validate_schedule
 from models.spec import resolve_spec

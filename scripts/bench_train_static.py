@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,11 +24,14 @@ import click
 import mlflow
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
+
 from models.builder import build_model
 from models.flops import flops_per_example
 from models.spec import resolve_spec
 from pipeline.data import DataConfig, load_data
 from pipeline.loop import seed_everything
+from pipeline.session import RunConfig
 from pipeline.train_static import StaticConfig, run
 from pipeline.training import TrainConfig
 
@@ -57,7 +61,7 @@ def pipeline_run(data_cfg: DataConfig, cfg: TrainConfig, tmp: Path) -> float:
     """Training samples per second of train_static, counting all of its epoch wall-clock."""
     mlflow.set_tracking_uri(f"sqlite:///{tmp / 'mlflow.db'}")
     mlflow.set_experiment("bench")
-    outcome = run(data_cfg, cfg, StaticConfig(spec="default", progress=True))
+    outcome = run(data_cfg, cfg, StaticConfig(spec="default"), run_cfg=RunConfig(progress=True))
     examples = sum(h["train/examples"] for h in outcome.state.history)
     return examples / outcome.state.cumulative_s
 

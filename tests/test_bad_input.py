@@ -1,0 +1,268 @@
+"""Bad input, table-driven: every entry point answers it with one line naming the input and
+what is wrong, exit status 2, no traceback, and its MLflow run FAILED with the reason.
+
+Each case runs as `mlflow run` runs a step: the run exists before the step's code starts
+(MLFLOW_RUN_ID), so the test also sees that a failure before any training still closes it.
+Upstream runs (a finished training run, a scores run, a killed run) are real runs made once
+in a real temporary store; doctored copies of them carry the defect a case needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from models.io import SPEC_KEY
+from models.spec import resolve_spec
+from pipeline.scores import SCORES_ARTIFACT, read_table, save_table, score_column
+from pipeline.session import CHECKPOINT_ARTIFACT, MODEL_ARTIFACT_DIR, MODEL_FILE
+from pipeline.tracking import FAILURE_TAG
+
+pytestmark = pytest.mark.slow
+
+TINY = ["--subset", "300", "--val-size", "100"]
+FMNIST = Path("/usr/share/datasets/fashion-mnist")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    entry_point: str
+    args: tuple[str, ...]  # may hold {placeholders} filled from the `world` fixture
+    expect: str  # a fragment of the one-line error (and of the run's failure_reason)
+
+
+# Training cases name the good scores run: "auto" would pick the newest, a doctored twin.
+SCORED = (*TINY, "--scores-run", "{scores}")
+STATIC, DYNAMIC = "train_static", "train_dynamic"
+
+CASES = [
+    # data
+    Case("unknown dataset", STATIC, ("--dataset", "imagenet-99"), "unknown dataset 'imagenet-99'"),
+    Case("missing data files", STATIC, ("--data-dir", "{empty_dir}"), "lacks Fashion-MNIST file(s)"),
+    Case("corrupt data file", STATIC, ("--data-dir", "{corrupt_dir}"), "corrupt or truncated"),
+    Case("folder dataset with one class", STATIC, ("--dataset", "folder:{one_class}"), "1 class folder"),
+    Case("unreadable image", STATIC, ("--dataset", "folder:{bad_image}"), "cannot read image"),
+    Case("subset too small", STATIC, ("--subset", "5"), "--subset 5 is too small"),
+    # scores tables
+    Case(
+        "scores table of other data",
+        DYNAMIC,
+        ("--subset", "400", "--val-size", "100", "--scores-run", "{scores}"),
+        "is for data digest",
+    ),
+    Case("scores table with NaN rows", DYNAMIC, (*TINY, "--scores-run", "{nan_scores}"), "NaN scores"),
+    Case("scores table with rows missing", DYNAMIC, (*TINY, "--scores-run", "{short_scores}"), "train rows"),
+    # run ids
+    Case("scores run that does not exist", DYNAMIC, (*TINY, "--scores-run", "0" * 32), "no such run"),
+    Case(
+        "scores run of the wrong entry point",
+        DYNAMIC,
+        (*TINY, "--scores-run", "{static}"),
+        "is a train_static run, not score_difficulty",
+    ),
+    Case("evaluate a run that does not exist", "evaluate", ("--runs", "f" * 32), "does not exist"),
+    Case("evaluate a scores run", "evaluate", ("--runs", "{scores}"), "not a training run"),
+    Case("resume a run that does not exist", STATIC, (*SCORED, "--resume", "e" * 32), "no such run"),
+    Case(
+        "resume a run of the wrong entry point",
+        DYNAMIC,
+        (*SCORED, "--resume", "{killed_static}"),
+        "is a train_static run, not train_dynamic",
+    ),
+    # growth schedules and specs
+    Case(
+        "growth event past the last epoch",
+        DYNAMIC,
+        (*SCORED, "--epochs", "3", "--schedule", "5:conv(16)"),
+        "epoch",
+    ),
+    Case(
+        "growth events out of order",
+        DYNAMIC,
+        (*SCORED, "--epochs", "6", "--schedule", "4:conv(16);2:dropout"),
+        "order",
+    ),
+    Case(
+        "unknown layer type",
+        DYNAMIC,
+        (*SCORED, "--schedule", "2:attention"),
+        "unknown layer type 'attention'",
+    ),
+    Case("unknown named spec", STATIC, (*SCORED, "--spec", "resnet9000"), "resnet9000"),
+    Case("spec invalid for the input size", STATIC, (*SCORED, "--spec", "{five_pools}"), "1x1"),
+    # numbers
+    Case(
+        "tier fractions that do not sum to one",
+        "score_difficulty",
+        (*TINY, "--tier-fractions", ".5,.3,.1"),
+        "sum",
+    ),
+    Case("zero epochs", STATIC, (*SCORED, "--epochs", "0"), "--epochs must be positive"),
+    Case("zero batch size", STATIC, (*SCORED, "--batch-size", "0"), "--batch-size must be positive"),
+    Case("negative learning rate", STATIC, (*SCORED, "--lr", "-0.1"), "--lr must be positive"),
+    Case("zero learning rate in tune", "tune", (*TINY, "--lr", "0"), "--lr must be positive"),
+    Case("unknown pruner", "tune", (*TINY, "--pruner", "sometimes"), "--pruner 'sometimes'"),
+    Case("unknown preset", "main", ("--preset", "huge"), "--preset 'huge'"),
+    # checkpoints and model files
+    Case(
+        "resume a run without a checkpoint", STATIC, (*SCORED, "--resume", "{no_checkpoint}"), "no checkpoint"
+    ),
+    Case("resume from a truncated checkpoint", STATIC, (*SCORED, "--resume", "{truncated}"), "unreadable"),
+    Case("model file unlike its spec", "evaluate", ("--runs", "{tampered_model}"), "does not match its spec"),
+]
+
+
+def _copy_run(client: mlflow.MlflowClient, source_id: str, status: str, **tags: str) -> str:
+    """A new run with ``source_id``'s params and tags (a doctored twin), ended as ``status``."""
+    source = client.get_run(source_id)
+    twin = client.create_run(source.info.experiment_id, tags={**source.data.tags, **tags})
+    for key, value in source.data.params.items():
+        client.log_param(twin.info.run_id, key, value)
+    client.set_terminated(twin.info.run_id, status)
+    return twin.info.run_id
+
+
+def _invoke(entry_point: str, args: list[str]):
+    command = importlib.import_module(f"pipeline.{entry_point}").main
+    return CliRunner().invoke(command, args, catch_exceptions=True)
+
+
+def _write_png(path: Path, value: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.full((8, 8), value, dtype=np.uint8)).save(path)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad-input")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", uri)
+        patch.delenv("MLFLOW_RUN_ID", raising=False)
+        mlflow.set_tracking_uri(uri)
+        experiment = mlflow.create_experiment("bad-input", artifact_location=(root / "artifacts").as_uri())
+        patch.setenv("MLFLOW_EXPERIMENT_ID", experiment)
+        patch.chdir(root)
+        client = mlflow.MlflowClient()
+
+        def step(entry_point: str, *args: str) -> str:
+            result = _invoke(entry_point, [*TINY, *args])
+            assert result.exit_code == 0, result.output
+            runs = client.search_runs([experiment], order_by=["attributes.start_time DESC"], max_results=1)
+            return runs[0].info.run_id
+
+        places: dict[str, str] = {}
+        places["static"] = step("train_static", "--spec", "tiny", "--epochs", "1", "--progress", "false")
+        places["scores"] = step("score_difficulty", "--folds", "2", "--epochs", "1", "--scorers", "loss")
+
+        # A scores table with NaN scores, and one with rows missing, each in a finished twin.
+        table_path = Path(client.download_artifacts(places["scores"], SCORES_ARTIFACT, str(root / "scores")))
+        frame, meta = read_table(table_path)
+        loss = score_column("loss")
+        for name, doctored in {
+            "nan_scores": frame.assign(**{loss: frame[loss].where(frame.index % 7 != 3)}),
+            "short_scores": frame.drop(frame.index[frame["split"] == "train"][:5]),
+        }.items():
+            twin = _copy_run(client, places["scores"], "FINISHED")
+            path = save_table(doctored, root / name / Path(SCORES_ARTIFACT).name, meta)
+            client.log_artifact(twin, str(path), str(Path(SCORES_ARTIFACT).parent))
+            places[name] = twin
+
+        # Killed runs to resume: one that died before its first checkpoint, one whose
+        # checkpoint was cut short in the upload.
+        places["no_checkpoint"] = _copy_run(client, places["static"], "KILLED")
+        places["killed_static"] = _copy_run(client, places["static"], "KILLED")
+        ckpt = Path(client.download_artifacts(places["static"], CHECKPOINT_ARTIFACT, str(root / "ckpt")))
+        ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])
+        places["truncated"] = _copy_run(client, places["static"], "KILLED")
+        client.log_artifact(places["truncated"], str(ckpt), str(Path(CHECKPOINT_ARTIFACT).parent))
+
+        # A finished training run whose model file says one spec and holds another's weights.
+        from safetensors.torch import load_file, save_file
+
+        model_path = Path(
+            client.download_artifacts(places["static"], f"{MODEL_ARTIFACT_DIR}/{MODEL_FILE}", str(root / "m"))
+        )
+        other = resolve_spec("default", (1, 28, 28), 10)
+        save_file(load_file(str(model_path)), str(model_path), metadata={SPEC_KEY: other.to_json()})
+        places["tampered_model"] = _copy_run(
+            client, places["static"], "FINISHED", scores_run_id=places["scores"]
+        )
+        client.log_artifact(places["tampered_model"], str(model_path), MODEL_ARTIFACT_DIR)
+
+        # Data on disk: an empty directory, a truncated copy of Fashion-MNIST, image folders.
+        places["empty_dir"] = str((root / "empty").resolve())
+        (root / "empty").mkdir()
+        corrupt = root / "corrupt"
+        shutil.copytree(FMNIST, corrupt)
+        victim = next(p for p in sorted(corrupt.iterdir()) if p.name.startswith("train-images"))
+        victim.write_bytes(victim.read_bytes()[:5000])
+        places["corrupt_dir"] = str(corrupt)
+        for i in range(4):
+            _write_png(root / "one-class" / "shoes" / f"{i}.png", 40 * i)
+            _write_png(root / "bad-image" / "a" / f"{i}.png", 40 * i)
+            _write_png(root / "bad-image" / "b" / f"{i}.png", 200 - 40 * i)
+        (root / "bad-image" / "b" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
+        places["one_class"], places["bad_image"] = str(root / "one-class"), str(root / "bad-image")
+        places["five_pools"] = json.dumps(
+            {"layers": [{"id": f"pool{i}", "type": "pool"} for i in range(1, 6)]}
+        )
+        yield {"client": client, "experiment": experiment, "places": places}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_is_one_line_exit_2_and_a_failed_run(world, case, monkeypatch):
+    client = world["client"]
+    args = [arg.format(**world["places"]) for arg in case.args]
+    # As `mlflow run` does: the step's run exists, RUNNING, before the step's code starts.
+    outer = client.create_run(world["experiment"], tags={"mlflow.project.entryPoint": case.entry_point})
+    monkeypatch.setenv("MLFLOW_RUN_ID", outer.info.run_id)
+
+    result = _invoke(case.entry_point, args)
+
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    assert "Traceback" not in result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr
+    assert case.expect in errors[0], errors[0]
+    closed = client.get_run(outer.info.run_id)
+    assert closed.info.status == "FAILED"
+    assert case.expect in closed.data.tags[FAILURE_TAG]
+    assert not client.search_runs([world["experiment"]], "attributes.status = 'RUNNING'")
+
+
+def test_the_table_covers_what_the_issue_lists():
+    names = " / ".join(c.name for c in CASES)
+    for topic in (
+        "unknown dataset",
+        "missing data",
+        "corrupt data",
+        "one class",
+        "unreadable image",
+        "other data",
+        "NaN",
+        "does not exist",
+        "wrong entry point",
+        "past the last epoch",
+        "out of order",
+        "unknown layer type",
+        "invalid for the input size",
+        "do not sum to one",
+        "zero epochs",
+        "batch size",
+        "learning rate",
+        "without a checkpoint",
+        "truncated checkpoint",
+        "model file unlike its spec",
+    ):
+        assert topic in names, topic

@@ -1,0 +1,49 @@
+"""Runs are closed honestly: a run whose process died is marked FAILED at the next start."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import mlflow
+
+from pipeline.tracking import FAILURE_TAG, fail_stale_runs, tracked_run
+from tests.conftest import REPO, subprocess_env
+
+# Opens a run through tracked_run and dies without closing it, as SIGKILL or the OOM killer would.
+DIE_WHILE_RUNNING = """
+import os, mlflow
+from pipeline.tracking import tracked_run
+with tracked_run("train_static", {"epochs": "1"}) as run:
+    print(run.info.run_id, flush=True)
+    os._exit(9)
+"""
+
+
+def test_a_run_left_running_by_a_dead_process_is_failed_at_the_next_start(tracking):
+    died = subprocess.run(
+        [sys.executable, "-c", DIE_WHILE_RUNNING],
+        cwd=REPO,
+        env=subprocess_env(tracking),
+        capture_output=True,
+        text=True,
+    )
+    assert died.returncode == 9, died.stderr
+    dead_id = died.stdout.split()[0]
+    assert mlflow.get_run(dead_id).info.status == "RUNNING"
+
+    with tracked_run("evaluate", {}) as live:  # the next start of any step
+        # This process's own run is RUNNING and alive: it must be left alone.
+        assert fail_stale_runs() == []
+        assert mlflow.get_run(live.info.run_id).info.status == "RUNNING"
+
+    dead = mlflow.get_run(dead_id)
+    assert dead.info.status == "FAILED"
+    assert dead.data.tags[FAILURE_TAG].startswith("stale: process")
+    assert mlflow.get_run(live.info.run_id).info.status == "FINISHED"
+
+
+def test_runs_without_owner_tags_are_not_touched(tracking):
+    foreign = mlflow.MlflowClient().create_run(mlflow.get_experiment_by_name("test").experiment_id)
+    assert fail_stale_runs() == []
+    assert mlflow.get_run(foreign.info.run_id).info.status == "RUNNING"
