@@ -155,3 +155,17 @@ def test_many_machines_share_a_study_through_postgresql_and_an_mlflow_server(tmp
     assert (
         "distributed tune OK: 4 trials" in result.stdout or "distributed tune OK: 5 trials" in result.stdout
     )
+
+
+def test_a_diverging_trial_is_pruned_with_where_it_diverged(tracking, tmp_path):
+    result = CliRunner().invoke(
+        tune.main, [*SMALL, "--n-trials", "1", "--lr", "1e6", "--lr-factor", "1", "--pruner", "none"]
+    )
+    assert result.exit_code == 0, result.output
+    (trial,) = _study(tmp_path).trials
+    assert trial.state.name == "PRUNED"
+    assert trial.user_attrs["fail_reason"].startswith("diverged: loss became")
+    assert trial.user_attrs["pruned_at_epoch"] == 1
+    run = _assert_each_trial_once_in_mlflow(_study(tmp_path))[trial.number]
+    assert run.data.tags["trial_state"] == "PRUNED"
+    assert run.data.tags["diverged_at"].startswith("epoch 0, step ")
