@@ -1,0 +1,79 @@
+"""main end to end through `mlflow run` on a small real subset, twice: the second time every
+step is reused and nothing is trained again."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from tests.conftest import REPO, subprocess_env
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["-P", "subset=300", "-P", "epochs=2", "-P", "seeds=0"]
+# quick preset, one seed: score_difficulty, the static control, three dynamic variants, evaluate
+STEPS = 6
+
+
+def _main(tracking: str, experiment_id: str) -> subprocess.CompletedProcess:
+    mlflow_cli = Path(sys.executable).parent / "mlflow"
+    return subprocess.run(
+        [str(mlflow_cli), "run", ".", "-e", "main", "--env-manager", "local",
+         "--experiment-id", experiment_id, *SMALL],  # fmt: skip
+        cwd=REPO,
+        env=subprocess_env(tracking),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def _runs(experiment_id: str, entry_point: str) -> list:
+    return mlflow.search_runs(
+        [experiment_id], f"tags.entry_point = '{entry_point}'", output_format="list"
+    )
+
+
+def test_main_runs_the_study_and_a_second_run_reuses_every_step(tracking):
+    experiment_id = mlflow.get_experiment_by_name("test").experiment_id
+    first = _main(tracking, experiment_id)
+    assert first.returncode == 0, first.stderr[-3000:]
+
+    (main_run,) = _runs(experiment_id, "main")
+    assert main_run.info.status == "FINISHED"
+    assert main_run.data.metrics["steps/total"] == STEPS
+    assert main_run.data.metrics["steps/reused"] == 0
+    training = _runs(experiment_id, "train_static") + _runs(experiment_id, "train_dynamic")
+    assert len(training) == STEPS - 2
+    for run in training:  # evaluate logged the test results on each training run
+        assert run.info.status == "FINISHED"
+        assert run.data.tags["mlflow.parentRunId"] == main_run.info.run_id
+        assert 0.1 < run.data.metrics["test/acc"] <= 1
+        assert {"test/acc_easy", "test/acc_medium", "test/acc_hard"} <= set(run.data.metrics)
+    variants = {run.data.tags["variant"] for run in training}
+    assert len(variants) == STEPS - 2  # static, and dynamic without, with and against the curriculum
+    (evaluation,) = _runs(experiment_id, "evaluate")
+    assert main_run.data.tags["evaluate_run_id"] == evaluation.info.run_id
+    report = {a.path for a in mlflow.MlflowClient().list_artifacts(evaluation.info.run_id, "report")}
+    assert {"report/report.html", "report/comparison.csv", "report/paired.csv"} <= report
+    assert "full report: runs:/" in first.stdout
+
+    second = _main(tracking, experiment_id)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"main: {STEPS} of {STEPS} steps reused" in second.stderr
+    mains = _runs(experiment_id, "main")
+    assert len(mains) == 2
+    again = next(run for run in mains if run.info.run_id != main_run.info.run_id)
+    assert again.data.metrics["steps/reused"] == STEPS
+    assert set(again.data.tags["reused_runs"].split(",")) == {
+        *(run.info.run_id for run in training),
+        evaluation.info.run_id,
+        main_run.data.tags["scores_run_id"],
+    }
+    # nothing new was trained, scored or evaluated
+    assert len(_runs(experiment_id, "train_static") + _runs(experiment_id, "train_dynamic")) == STEPS - 2
+    assert len(_runs(experiment_id, "evaluate")) == len(_runs(experiment_id, "score_difficulty")) == 1
