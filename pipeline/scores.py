@@ -133,6 +133,12 @@ def parse_ref(ref: str) -> tuple[str, str]:
     return ref, SCORES_ARTIFACT
 
 
+# Tables read, by (tracking store, run id, artifact): a FINISHED run's artifacts do not change,
+# and tune's trials and evaluate's runs would otherwise download the same table again. Every
+# call still checks the table against the data it is given.
+_READ: dict[tuple[str, str, str], tuple[pd.DataFrame, dict]] = {}
+
+
 def load_scores(ref: str, data: Data) -> ScoresTable:
     """The scores table of a FINISHED score_difficulty run, checked against ``data``.
 
@@ -154,6 +160,19 @@ def load_scores(ref: str, data: Data) -> ScoresTable:
     if run.info.status != "FINISHED":
         raise UpstreamError(f"scores run {run_id} is {run.info.status}; use a FINISHED {PRODUCER} run")
     _check_digest(run_id, run.data.params.get("data_digest"), data)
+    key = (mlflow.get_tracking_uri(), run_id, artifact)
+    if key not in _READ:
+        _READ[key] = _download_table(run_id, artifact)
+    frame, meta = _READ[key]
+    _check_digest(run_id, meta.get("data_digest"), data)
+    table = ScoresTable(
+        frame, run_id, data.digest, tuple(meta.get("scorers", ())), meta.get("tier_scorer", "")
+    )
+    check_table(table, data)
+    return table
+
+
+def _download_table(run_id: str, artifact: str) -> tuple[pd.DataFrame, dict]:
     with scratch_dir() as tmp:
         try:
             path = mlflow.artifacts.download_artifacts(
@@ -162,17 +181,11 @@ def load_scores(ref: str, data: Data) -> ScoresTable:
         except (mlflow.exceptions.MlflowException, OSError):
             raise UpstreamError(f"scores run {run_id} has no artifact {artifact}") from None
         try:
-            frame, meta = read_table(Path(path))
+            return read_table(Path(path))
         except (pa.ArrowException, OSError, ValueError) as err:
             raise UpstreamError(
                 f"scores run {run_id}: {artifact} is not a readable parquet file ({type(err).__name__})"
             ) from None
-    _check_digest(run_id, meta.get("data_digest"), data)
-    table = ScoresTable(
-        frame, run_id, data.digest, tuple(meta.get("scorers", ())), meta.get("tier_scorer", "")
-    )
-    check_table(table, data)
-    return table
 
 
 def _check_digest(run_id: str, digest: str | None, data: Data) -> None:

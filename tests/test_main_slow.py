@@ -21,9 +21,9 @@ STEPS = 6
 
 def _main(tracking: str, experiment_id: str) -> subprocess.CompletedProcess:
     mlflow_cli = Path(sys.executable).parent / "mlflow"
+    command = [str(mlflow_cli), "run", ".", "-e", "main", "--env-manager", "local"]
     return subprocess.run(
-        [str(mlflow_cli), "run", ".", "-e", "main", "--env-manager", "local",
-         "--experiment-id", experiment_id, *SMALL],  # fmt: skip
+        [*command, "--experiment-id", experiment_id, *SMALL],
         cwd=REPO,
         env=subprocess_env(tracking),
         capture_output=True,
@@ -33,9 +33,7 @@ def _main(tracking: str, experiment_id: str) -> subprocess.CompletedProcess:
 
 
 def _runs(experiment_id: str, entry_point: str) -> list:
-    return mlflow.search_runs(
-        [experiment_id], f"tags.entry_point = '{entry_point}'", output_format="list"
-    )
+    return mlflow.search_runs([experiment_id], f"tags.entry_point = '{entry_point}'", output_format="list")
 
 
 def test_main_runs_the_study_and_a_second_run_reuses_every_step(tracking):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 from pathlib import Path
 
 import mlflow
@@ -261,6 +262,19 @@ def test_load_scores_matches_rows_by_stable_index(tracking):
     assert table.scores_for(data.train, "train", "loss").dtype == torch.float32
     with pytest.raises(UpstreamError, match="no 'el2n' scores"):
         table.scores_for(data.val, "val", "el2n")
+
+
+def test_a_table_is_downloaded_once_per_process_and_checked_every_time(tracking):
+    data = synthetic_data()
+    run_id = log_table(data)
+    first = scores.load_scores(run_id, data)
+    artifacts = Path(mlflow.get_run(run_id).info.artifact_uri.removeprefix("file://"))
+    shutil.rmtree(artifacts)  # a second download would fail now
+    again = scores.load_scores(run_id, data)
+    assert again.frame is first.frame
+    fewer = dataclasses.replace(data, val=Split(data.val.x, data.val.y, data.val.index + 1000))
+    with pytest.raises(UpstreamError, match="no val row for index 1060"):
+        scores.load_scores(run_id, fewer)
 
 
 def test_load_scores_refuses_other_data_other_runs_and_holes(tracking):
