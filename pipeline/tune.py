@@ -30,65 +30,60 @@ seconds another worker fails the trial and queues a retry.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
 import click
 import mlflow
 import optuna
-import pandas as pd
-import sqlalchemy
-from mlflow.entities import Metric, Param, RunTag
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-from optuna.storages import RetryHeartbeatStaleTrialCallback
+from mlflow.entities import Metric
 from optuna.trial import TrialState
 
-from models.growth import GrowthError
 from models.spec import resolve_spec
 from pipeline import search_space, study_report
 from pipeline.cli import build_config, config_options, opt, option_name
-from pipeline.curriculum import CurriculumError
 from pipeline.data import Data, DataConfig, load_data
-from pipeline.loop import DivergenceError, pick_device, seed_everything
-from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
+from pipeline.plan import DynamicCurriculumConfig
 from pipeline.session import find_scores_run, prepare_curriculum
+from pipeline.study import (
+    ENTRY_POINT,
+    OBJECTIVES,
+    PRUNERS,
+    SAMPLERS,
+    STUDY_DEFINITION,
+    STUDY_EXPERIMENT,
+    STUDY_PACING_NOTE,
+    STUDY_PARENT,
+    STUDY_SCORES,
+    STUDY_SPACE,
+    check_definition,
+    check_parent,
+    default_storage,
+    make_storage,
+    open_study,
+    redact,
+    study_space,
+    wait_for_study,
+)
 from pipeline.tracking import (
-    FAILURE_TAG,
     Terminated,
-    code_version,
     flat_params,
     log_dataset,
     main_guard,
-    one_line,
-    owner_tags,
     scratch_dir,
     tracked_run,
 )
-from pipeline.training import ConfigError, FitState, TrainConfig, fit, new_state
+from pipeline.training import ConfigError, TrainConfig
+from pipeline.tune_worker import Worker
 
-ENTRY_POINT = "tune"
 REPO = Path(__file__).resolve().parents[1]
-OBJECTIVES = {"acc": ("val/acc",), "acc+time": ("val/acc", "time/cumulative_s")}
-DIRECTIONS = {"val/acc": "maximize", "time/cumulative_s": "minimize"}
-PRUNERS = ("hyperband", "median", "none")
-SAMPLERS = ("tpe", "random")
 WORKER_INDEX_ENV = "GCNN_TUNE_WORKER_INDEX"  # set on the processes --workers starts
-# Study user attributes: what every worker must agree on, and where the parent run is.
-STUDY_DEFINITION = "tune_definition"
-STUDY_SPACE = "search_space"
-STUDY_SCORES = "scores_run_id"
-STUDY_PACING_NOTE = "pacing_note"
-STUDY_PARENT = "mlflow_parent_run_id"
-STUDY_EXPERIMENT = "mlflow_experiment_id"
 
 
 @dataclass(frozen=True)
@@ -165,109 +160,6 @@ CONFIGS = (DataConfig, TrainConfig, SpaceConfig, StudyConfig)
 # --- storage -----------------------------------------------------------------------------
 
 
-def default_storage(tracking_uri: str) -> str:
-    """``optuna.db`` beside the MLflow store: its SQLite file, or its local folder; else here."""
-    parsed = urlparse(tracking_uri)
-    if tracking_uri.startswith("sqlite:///"):
-        folder = Path(tracking_uri[len("sqlite:///") :]).parent
-    elif parsed.scheme in ("", "file"):
-        folder = Path(parsed.path or tracking_uri).parent
-    else:  # a tracking server: its store is elsewhere
-        folder = Path.cwd()
-    return f"sqlite:///{(folder / 'optuna.db').resolve()}"
-
-
-def redact(url: str) -> str:
-    """The storage URL without its password, for logs and run parameters."""
-    try:
-        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
-    except sqlalchemy.exc.ArgumentError:
-        return url
-
-
-class StaleTrialCallback:
-    """A dead worker's trial: close its MLflow run as FAILED, then queue a retry."""
-
-    def __init__(self, max_retry: int):
-        self.retry = RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
-
-    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        client = mlflow.MlflowClient()
-        for run_id in trial_run_ids(client, study, trial):
-            client.set_tag(run_id, "trial_state", "FAIL")
-            client.set_tag(run_id, FAILURE_TAG, "worker lost: no heartbeat within the grace period; retried")
-            client.set_terminated(run_id, "FAILED")
-        click.echo(f"trial {trial.number}: its worker stopped (no heartbeat); queued a retry", err=True)
-        self.retry(study, trial)
-
-
-def trial_run_ids(
-    client: mlflow.MlflowClient, study: optuna.Study, trial: optuna.trial.FrozenTrial
-) -> list[str]:
-    """The trial's MLflow run: from its attribute, else by tag (a worker that died right after
-    creating the run had no time to record its id)."""
-    if trial.user_attrs.get(study_report.ATTR_RUN_ID):
-        return [trial.user_attrs[study_report.ATTR_RUN_ID]]
-    if STUDY_PARENT not in study.user_attrs:
-        return []
-    runs = client.search_runs(
-        [study.user_attrs[STUDY_EXPERIMENT]],
-        f"tags.optuna_trial_number = '{trial.number}' and "
-        f"tags.`mlflow.parentRunId` = '{study.user_attrs[STUDY_PARENT]}' and attributes.status = 'RUNNING'",
-    )
-    return [run.info.run_id for run in runs]
-
-
-def make_storage(url: str, cfg: StudyConfig) -> optuna.storages.BaseStorage:
-    """An RDB storage with heartbeats (SQLite waits for locks instead of failing), or a journal
-    file for ``journal:PATH`` (no heartbeats there: a dead worker's trial stays RUNNING)."""
-    if url.startswith("journal:"):
-        from optuna.storages.journal import JournalFileBackend
-
-        return optuna.storages.JournalStorage(JournalFileBackend(url[len("journal:") :]))
-    # SQLite serialises writers: wait up to a minute for the lock rather than failing a trial.
-    engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    error: Exception | None = None
-    for attempt in range(5):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # heartbeat_interval is experimental
-                return optuna.storages.RDBStorage(
-                    url,
-                    engine_kwargs=engine_kwargs,
-                    heartbeat_interval=cfg.heartbeat_interval,
-                    grace_period=cfg.grace_period,
-                    heartbeat_stale_trial_callback=StaleTrialCallback(cfg.max_retry),
-                )
-        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError) as err:
-            # Two processes creating the tables of a new database at once (one wins), or a
-            # server that is briefly unreachable: try again.
-            error = err
-            time.sleep(1 + attempt)
-        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as err:
-            raise ConfigError(f"--storage {redact(url)}: {one_line(err)}") from None
-    raise ConfigError(f"--storage {redact(url)}: {one_line(error)}")
-
-
-def make_sampler(cfg: StudyConfig, worker_index: int | None) -> optuna.samplers.BaseSampler:
-    """Worker k of --workers samples with seed + k; a worker that joined on its own (index
-    None) draws its own seed, or it would propose what the first process already did."""
-    seed = cfg.sampler_seed + worker_index if cfg.sampler_seed >= 0 and worker_index is not None else None
-    if cfg.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    # constant_liar: running trials count as bad, so parallel workers do not all pick one point.
-    return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
-
-
-def make_pruner(cfg: StudyConfig, epochs: int) -> optuna.pruners.BasePruner:
-    if cfg.pruner == "hyperband":
-        return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=epochs, reduction_factor=3)
-    if cfg.pruner == "median":
-        # Steps are epochs trained. Not after the first: every trial is still the start network.
-        return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=2)
-    return optuna.pruners.NopPruner()
-
-
 def definition(
     data_cfg: DataConfig, train_cfg: TrainConfig, space_cfg: SpaceConfig, study_cfg: StudyConfig
 ) -> dict:
@@ -281,290 +173,7 @@ def definition(
     return out
 
 
-def check_definition(study: optuna.Study, mine: dict) -> None:
-    theirs = study.user_attrs.get(STUDY_DEFINITION, {})
-    for key, value in mine.items():
-        if key in theirs and theirs[key] != value:
-            raise ConfigError(
-                f"{option_name(key)} {value} differs from study {study.study_name!r}, which was created "
-                f"with {theirs[key]}: pass the study's options or choose another --study-name"
-            )
-
-
-def study_space(study: optuna.Study) -> search_space.SearchSpace:
-    raw = study.user_attrs[STUDY_SPACE]
-    return search_space.SearchSpace(
-        raw["epochs"],
-        raw["max_events"],
-        tuple(raw["layer_types"]),
-        tuple(raw["pacings"]),
-        raw["lr_low"],
-        raw["lr_high"],
-    )
-
-
-def counted(trial: optuna.trial.FrozenTrial) -> bool:
-    """Whether a trial uses up the budget: all but those that died with their worker (their
-    retry counts instead) or were interrupted."""
-    if trial.state == TrialState.FAIL:
-        return study_report.ATTR_FAIL in trial.user_attrs
-    return True
-
-
 # --- one worker ----------------------------------------------------------------------------
-
-
-class TrialRun:
-    """A trial's MLflow child run, logged through the client so it works in any process.
-
-    As a context manager it ends the run by how the trial ended: FINISHED (complete), KILLED
-    with tag ``trial_state=PRUNED`` (pruned or invalid), FAILED (an error) or KILLED (interrupted).
-    """
-
-    def __init__(self, parent_run_id: str, experiment_id: str, trial: optuna.Trial, tags: dict):
-        self.client = mlflow.MlflowClient()
-        run = self.client.create_run(
-            experiment_id,
-            run_name=f"trial-{trial.number}",
-            tags={
-                MLFLOW_PARENT_RUN_ID: parent_run_id,
-                "entry_point": ENTRY_POINT,
-                "tune_role": "trial",
-                "optuna_trial_number": str(trial.number),
-                **tags,
-            },
-        )
-        self.run_id = run.info.run_id
-
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        now = int(time.time() * 1000)
-        self.client.log_batch(
-            self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()]
-        )
-
-    def log_params(self, params: dict[str, str]) -> None:
-        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
-        for start in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
-            self.client.log_batch(self.run_id, params=items[start : start + 100])
-
-    def set_tags(self, tags: dict[str, str]) -> None:
-        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
-
-    def __enter__(self) -> TrialRun:
-        return self
-
-    def __exit__(self, kind, err, traceback) -> None:
-        if err is None:
-            state, status, tags = "COMPLETE", "FINISHED", {}
-        elif isinstance(err, optuna.TrialPruned):
-            state, status, tags = "PRUNED", "KILLED", {"pruned_reason": str(err)}
-        elif isinstance(err, Exception):
-            state, status, tags = "FAIL", "FAILED", {FAILURE_TAG: one_line(err)}
-        else:  # Ctrl-C or SIGTERM: the trial is retried later, not failed for good
-            state, status, tags = "FAIL", "KILLED", {FAILURE_TAG: "interrupted"}
-        self.set_tags({"trial_state": state, **tags})
-        self.client.set_terminated(self.run_id, status)
-
-
-class Worker:
-    """Runs trials of one study in this process, on data loaded once."""
-
-    def __init__(self, data: Data, configs: tuple, study: optuna.Study):
-        self.data_cfg, self.train_cfg, self.space_cfg, self.study_cfg = configs
-        self.study = study
-        self.space = study_space(study)
-        self.scores_run_id = study.user_attrs.get(STUDY_SCORES, "")
-        self.parent_run_id = study.user_attrs[STUDY_PARENT]
-        self.experiment_id = study.user_attrs[STUDY_EXPERIMENT]
-        self.objectives = OBJECTIVES[self.study_cfg.objectives]
-        self.data = data
-        self.start = resolve_spec(self.space_cfg.start_spec, data.input_shape, data.num_classes)
-        self.device = pick_device(self.train_cfg.device)
-        # On the device once for every trial (train_and_log moves it per run).
-        self.on_device = Data(
-            data.name,
-            data.classes,
-            data.train.to(self.device),
-            data.val.to(self.device),
-            None,
-            data.source_digest,
-            data.digest,
-        )
-        self.name = f"{socket.gethostname()}:{os.getpid()}"
-        self.code_version = code_version()
-
-    def configs(
-        self, candidate: search_space.Candidate
-    ) -> tuple[TrainConfig, GrowthConfig, DynamicCurriculumConfig]:
-        """The train_dynamic configs that train this candidate, so a trial can be rerun there."""
-        train = dataclasses.replace(self.train_cfg, lr=candidate.lr)
-        growth = GrowthConfig(
-            start_spec=self.space_cfg.start_spec,
-            schedule=candidate.schedule() or "none",
-            growth_init=self.space_cfg.growth_init,
-        )
-        unused = DynamicCurriculumConfig()  # a pacing that does not use a or b keeps the default
-        curriculum = DynamicCurriculumConfig(
-            scores_run=self.scores_run_id or "none",
-            pacing=candidate.pacing,
-            pacing_a=unused.pacing_a if candidate.pacing_a is None else candidate.pacing_a,
-            pacing_b=unused.pacing_b if candidate.pacing_b is None else candidate.pacing_b,
-            difficulty_score=self.space_cfg.difficulty_score,
-        )
-        return train, growth, curriculum
-
-    def objective(self, trial: optuna.Trial) -> float | tuple[float, float]:
-        frozen = next(
-            t
-            for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if t.number == trial.number
-        )
-        retry_of = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen)
-        candidate = search_space.suggest(trial, self.space)
-        train_cfg, growth_cfg, curriculum_cfg = self.configs(candidate)
-        options = train_dynamic_options(self.data_cfg, train_cfg, growth_cfg, curriculum_cfg)
-        # What a retry copied from the dead trial is overwritten first; the run id, known only
-        # once the run exists, follows at once (the stale-trial callback can also find the run
-        # by its trial-number tag, should a worker die in between).
-        for key, value in {
-            study_report.ATTR_RUN_ID: "",
-            study_report.ATTR_WORKER: self.name,
-            study_report.ATTR_SCHEDULE: candidate.schedule(),
-            study_report.ATTR_TRAIN_OPTIONS: options,
-            study_report.ATTR_EPOCHS: 0,
-            study_report.ATTR_TRAIN_S: 0.0,
-            study_report.ATTR_RETRY_OF: retry_of if retry_of is not None else "",
-        }.items():
-            trial.set_user_attr(key, value)
-        tags = {"worker": self.name, "code_version": self.code_version, **owner_tags()}
-        if retry_of is not None:
-            tags["retry_of"] = str(retry_of)
-        with TrialRun(self.parent_run_id, self.experiment_id, trial, tags) as run:
-            trial.set_user_attr(study_report.ATTR_RUN_ID, run.run_id)
-            params = flat_params(self.data_cfg, train_cfg, growth_cfg, curriculum_cfg)
-            params.update({k: v for k, v in flat_params(trial.params).items() if k not in params})
-            params.update(data_digest=self.data.digest, data_size_train=str(len(self.data.train)))
-            run.log_params(params)
-            try:
-                return self._train(trial, run, candidate, train_cfg, growth_cfg, curriculum_cfg)
-            except optuna.TrialPruned as pruned:
-                click.echo(f"trial {trial.number}: {pruned} [{candidate.schedule() or 'no growth'}]")
-                raise
-            except Exception as err:  # counts against the budget: the same choices would fail again
-                trial.set_user_attr(study_report.ATTR_FAIL, one_line(err))
-                raise
-
-    def _train(
-        self,
-        trial: optuna.Trial,
-        run: TrialRun,
-        candidate: search_space.Candidate,
-        train_cfg: TrainConfig,
-        growth_cfg: GrowthConfig,
-        curriculum_cfg: DynamicCurriculumConfig,
-    ) -> float | tuple[float, float]:
-        try:
-            final = search_space.check(candidate, self.start, train_cfg.epochs)
-            setup = prepare_curriculum(curriculum_cfg, self.data, train_cfg, list(candidate.events))
-        except (GrowthError, CurriculumError) as err:  # never trained: say why, spend nothing
-            reason = one_line(err)
-            trial.set_user_attr(study_report.ATTR_INVALID, reason)
-            run.set_tags({"invalid_reason": reason})
-            raise optuna.TrialPruned(f"invalid: {reason}") from None
-        trial.set_user_attr(study_report.ATTR_ARCH, search_space.describe(final))
-        run.set_tags(
-            {"final_spec": final.to_json(), "final_arch": search_space.describe(final), **setup.tags()}
-        )
-        plan = ExperimentPlan(train_cfg, self.on_device, list(candidate.events), growth_cfg, setup.curriculum)
-        seed_everything(train_cfg.seed, train_cfg.deterministic)
-        state = new_state(self.start, train_cfg, self.device)
-        val_tiers = setup.val_tiers
-        prune = len(self.objectives) == 1
-
-        def on_epoch(epoch: int, metrics: dict, fit_state: FitState) -> None:
-            run.log_metrics(metrics, step=epoch)
-            trial.set_user_attr(study_report.ATTR_EPOCHS, epoch + 1)
-            trial.set_user_attr(study_report.ATTR_TRAIN_S, fit_state.cumulative_s)
-            if prune:
-                trial.report(metrics["val/acc"], epoch + 1)  # step: epochs trained (the resource)
-                if trial.should_prune():
-                    trial.set_user_attr(study_report.ATTR_PRUNED_AT, epoch + 1)
-                    raise optuna.TrialPruned(
-                        f"pruned after epoch {epoch + 1}: val/acc {metrics['val/acc']:.4f}"
-                    )
-
-        try:
-            fit(state, self.on_device, train_cfg, plan, val_tiers=val_tiers, on_epoch=on_epoch)
-        except DivergenceError as err:  # these choices (typically the lr) cannot train: prune, say where
-            reason = f"diverged: {err}"
-            trial.set_user_attr(study_report.ATTR_FAIL, reason)
-            trial.set_user_attr(study_report.ATTR_PRUNED_AT, err.epoch + 1)
-            run.set_tags({"diverged_at": f"epoch {err.epoch}, step {err.step}"})
-            raise optuna.TrialPruned(reason) from None
-        finally:  # a pruned trial keeps what it trained: its trace and history so far
-            if state.history:
-                log_trial_artifacts(run, state, plan)
-        last = state.history[-1]
-        run.log_metrics(
-            {"final/val_acc": last["val/acc"], "time/total_s": state.cumulative_s}, step=state.epoch - 1
-        )
-        click.echo(
-            f"trial {trial.number}: val/acc {last['val/acc']:.4f} in {state.cumulative_s:.1f}s "
-            f"[{candidate.schedule() or 'no growth'}; {candidate.pacing}; lr {candidate.lr:.3g}]"
-        )
-        values = {"val/acc": last["val/acc"], "time/cumulative_s": state.cumulative_s}
-        result = tuple(values[name] for name in self.objectives)
-        return result[0] if len(result) == 1 else result
-
-    def work(self, n_trials: int) -> int:
-        """Run trials until the study holds ``n_trials`` counted trials and none is left
-        RUNNING by a worker that may have died; returns how many this worker ran."""
-        heartbeat = not self.study_cfg.storage.startswith("journal:")  # RDB storages beat
-        ran = 0
-        while True:
-            trials = self.study.get_trials(deepcopy=False)
-            waiting = any(t.state == TrialState.WAITING for t in trials)
-            if waiting or sum(counted(t) for t in trials) < n_trials:
-                # optimize (not ask/tell): it beats the heartbeat and fails stale trials first.
-                self.study.optimize(self.objective, n_trials=1)
-                ran += 1
-                continue
-            if heartbeat and any(t.state == TrialState.RUNNING for t in trials):
-                # Another worker's trial is running; if that worker died, its heartbeat stops
-                # and the trial is retried, so wait for one or the other.
-                time.sleep(min(5, self.study_cfg.heartbeat_interval))
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    optuna.storages.fail_stale_trials(self.study)
-                continue
-            return ran
-
-
-def log_trial_artifacts(run: TrialRun, state: FitState, plan: ExperimentPlan) -> None:
-    run.client.log_text(
-        run.run_id, json.dumps(state.trace.to_dict(), indent=2, sort_keys=True), "architecture_trace.json"
-    )
-    run.client.log_text(run.run_id, json.dumps(plan.to_dict(), indent=2, sort_keys=True), "plan.json")
-    with scratch_dir() as tmp:
-        pd.DataFrame(state.history).to_csv(tmp / "history.csv", index=False)
-        run.client.log_artifact(run.run_id, str(tmp / "history.csv"))
-
-
-def train_dynamic_options(
-    data_cfg: DataConfig,
-    train_cfg: TrainConfig,
-    growth_cfg: GrowthConfig,
-    curriculum_cfg: DynamicCurriculumConfig,
-) -> dict[str, str]:
-    """The ``-P`` options (those off train_dynamic's defaults) that retrain a trial there."""
-    options = {}
-    for cfg in (data_cfg, train_cfg, growth_cfg, curriculum_cfg):
-        default = type(cfg)()
-        for f in dataclasses.fields(cfg):
-            value = getattr(cfg, f.name)
-            if value != getattr(default, f.name) and f.name not in ("device", "data_dir"):
-                options[f.name] = str(value).lower() if isinstance(value, bool) else str(value)
-    return options
 
 
 # --- the study -----------------------------------------------------------------------------
@@ -595,69 +204,6 @@ def resolve_scores(space_cfg: SpaceConfig, data: Data) -> tuple[str, tuple[str, 
                 f"--pacings {space_cfg.pacings} needs difficulty scores: {note}, or include none"
             )
     return ref, pacings, note
-
-
-def open_study(
-    storage: optuna.storages.BaseStorage, study_cfg: StudyConfig, epochs: int, worker_index: int | None = 0
-) -> tuple[optuna.Study, bool]:
-    """Create the study, or load the existing one of that name; True when created here."""
-    names = OBJECTIVES[study_cfg.objectives]
-    kwargs = {
-        "storage": storage,
-        "study_name": study_cfg.study_name,
-        "sampler": make_sampler(study_cfg, worker_index),
-        "pruner": make_pruner(study_cfg, epochs),
-    }
-    try:
-        study = optuna.create_study(directions=[DIRECTIONS[n] for n in names], **kwargs)
-    except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(**kwargs)
-        if len(study.directions) != len(names):
-            raise ConfigError(
-                f"study {study_cfg.study_name!r} has {len(study.directions)} objective(s), --objectives "
-                f"{study_cfg.objectives} has {len(names)}: choose another --study-name"
-            ) from None
-        return study, False
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # set_metric_names is experimental
-        study.set_metric_names(list(names))
-    return study, True
-
-
-def wait_for_study(url: str, study_cfg: StudyConfig, epochs: int, worker_index: int | None) -> optuna.Study:
-    """A worker's study, once it exists with a parent run (the first process creates both)."""
-    storage = make_storage(url, study_cfg)
-    deadline = time.monotonic() + study_cfg.wait_s
-    while True:
-        try:
-            study = optuna.load_study(
-                study_name=study_cfg.study_name,
-                storage=storage,
-                sampler=make_sampler(study_cfg, worker_index),
-                pruner=make_pruner(study_cfg, epochs),
-            )
-            if STUDY_PARENT in study.user_attrs:
-                return study
-        except KeyError:  # no such study yet
-            pass
-        if time.monotonic() > deadline:
-            raise ConfigError(
-                f"study {study_cfg.study_name!r} did not appear with a parent run in {redact(url)} within "
-                f"--wait-s {study_cfg.wait_s}: start `python -m pipeline.tune` (without --worker) first"
-            )
-        time.sleep(2)
-
-
-def check_parent(study: optuna.Study) -> str:
-    parent = study.user_attrs[STUDY_PARENT]
-    try:
-        mlflow.MlflowClient().get_run(parent)
-    except mlflow.exceptions.MlflowException:
-        raise ConfigError(
-            f"study {study.study_name!r} logs to MLflow run {parent}, which is not in tracking store "
-            f"{redact(mlflow.get_tracking_uri())}: use the study's tracking store or another --study-name"
-        ) from None
-    return parent
 
 
 def worker_args(configs: tuple) -> list[str]:

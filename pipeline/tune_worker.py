@@ -1,0 +1,300 @@
+"""One tune worker: runs trials of a study in this process on data loaded once, each trial a
+nested MLflow run that is closed by how the trial ended."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import time
+import warnings
+
+import click
+import mlflow
+import optuna
+import pandas as pd
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+from optuna.trial import TrialState
+
+from models.growth import GrowthError
+from models.spec import resolve_spec
+from pipeline import search_space, study_report
+from pipeline.curriculum import CurriculumError
+from pipeline.data import Data, DataConfig
+from pipeline.loop import DivergenceError, pick_device, seed_everything
+from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
+from pipeline.session import prepare_curriculum
+from pipeline.study import (
+    ENTRY_POINT,
+    OBJECTIVES,
+    STUDY_EXPERIMENT,
+    STUDY_PARENT,
+    STUDY_SCORES,
+    counted,
+    study_space,
+)
+from pipeline.tracking import (
+    FAILURE_TAG,
+    code_version,
+    flat_params,
+    one_line,
+    owner_tags,
+    scratch_dir,
+)
+from pipeline.training import FitState, TrainConfig, fit, new_state
+
+
+class TrialRun:
+    """A trial's MLflow child run, logged through the client so it works in any process.
+
+    As a context manager it ends the run by how the trial ended: FINISHED (complete), KILLED
+    with tag ``trial_state=PRUNED`` (pruned or invalid), FAILED (an error) or KILLED (interrupted).
+    """
+
+    def __init__(self, parent_run_id: str, experiment_id: str, trial: optuna.Trial, tags: dict):
+        self.client = mlflow.MlflowClient()
+        run = self.client.create_run(
+            experiment_id,
+            run_name=f"trial-{trial.number}",
+            tags={
+                MLFLOW_PARENT_RUN_ID: parent_run_id,
+                "entry_point": ENTRY_POINT,
+                "tune_role": "trial",
+                "optuna_trial_number": str(trial.number),
+                **tags,
+            },
+        )
+        self.run_id = run.info.run_id
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        now = int(time.time() * 1000)
+        self.client.log_batch(
+            self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()]
+        )
+
+    def log_params(self, params: dict[str, str]) -> None:
+        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        for start in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
+            self.client.log_batch(self.run_id, params=items[start : start + 100])
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def __enter__(self) -> TrialRun:
+        return self
+
+    def __exit__(self, kind, err, traceback) -> None:
+        if err is None:
+            state, status, tags = "COMPLETE", "FINISHED", {}
+        elif isinstance(err, optuna.TrialPruned):
+            state, status, tags = "PRUNED", "KILLED", {"pruned_reason": str(err)}
+        elif isinstance(err, Exception):
+            state, status, tags = "FAIL", "FAILED", {FAILURE_TAG: one_line(err)}
+        else:  # Ctrl-C or SIGTERM: the trial is retried later, not failed for good
+            state, status, tags = "FAIL", "KILLED", {FAILURE_TAG: "interrupted"}
+        self.set_tags({"trial_state": state, **tags})
+        self.client.set_terminated(self.run_id, status)
+
+
+class Worker:
+    """Runs trials of one study in this process, on data loaded once."""
+
+    def __init__(self, data: Data, configs: tuple, study: optuna.Study):
+        self.data_cfg, self.train_cfg, self.space_cfg, self.study_cfg = configs
+        self.study = study
+        self.space = study_space(study)
+        self.scores_run_id = study.user_attrs.get(STUDY_SCORES, "")
+        self.parent_run_id = study.user_attrs[STUDY_PARENT]
+        self.experiment_id = study.user_attrs[STUDY_EXPERIMENT]
+        self.objectives = OBJECTIVES[self.study_cfg.objectives]
+        self.data = data
+        self.start = resolve_spec(self.space_cfg.start_spec, data.input_shape, data.num_classes)
+        self.device = pick_device(self.train_cfg.device)
+        # On the device once for every trial (train_and_log moves it per run).
+        self.on_device = Data(
+            data.name,
+            data.classes,
+            data.train.to(self.device),
+            data.val.to(self.device),
+            None,
+            data.source_digest,
+            data.digest,
+        )
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self.code_version = code_version()
+
+    def configs(
+        self, candidate: search_space.Candidate
+    ) -> tuple[TrainConfig, GrowthConfig, DynamicCurriculumConfig]:
+        """The train_dynamic configs that train this candidate, so a trial can be rerun there."""
+        train = dataclasses.replace(self.train_cfg, lr=candidate.lr)
+        growth = GrowthConfig(
+            start_spec=self.space_cfg.start_spec,
+            schedule=candidate.schedule() or "none",
+            growth_init=self.space_cfg.growth_init,
+        )
+        unused = DynamicCurriculumConfig()  # a pacing that does not use a or b keeps the default
+        curriculum = DynamicCurriculumConfig(
+            scores_run=self.scores_run_id or "none",
+            pacing=candidate.pacing,
+            pacing_a=unused.pacing_a if candidate.pacing_a is None else candidate.pacing_a,
+            pacing_b=unused.pacing_b if candidate.pacing_b is None else candidate.pacing_b,
+            difficulty_score=self.space_cfg.difficulty_score,
+        )
+        return train, growth, curriculum
+
+    def objective(self, trial: optuna.Trial) -> float | tuple[float, float]:
+        frozen = next(
+            t
+            for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if t.number == trial.number
+        )
+        retry_of = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen)
+        candidate = search_space.suggest(trial, self.space)
+        train_cfg, growth_cfg, curriculum_cfg = self.configs(candidate)
+        options = train_dynamic_options(self.data_cfg, train_cfg, growth_cfg, curriculum_cfg)
+        # What a retry copied from the dead trial is overwritten first; the run id, known only
+        # once the run exists, follows at once (the stale-trial callback can also find the run
+        # by its trial-number tag, should a worker die in between).
+        for key, value in {
+            study_report.ATTR_RUN_ID: "",
+            study_report.ATTR_WORKER: self.name,
+            study_report.ATTR_SCHEDULE: candidate.schedule(),
+            study_report.ATTR_TRAIN_OPTIONS: options,
+            study_report.ATTR_EPOCHS: 0,
+            study_report.ATTR_TRAIN_S: 0.0,
+            study_report.ATTR_RETRY_OF: retry_of if retry_of is not None else "",
+        }.items():
+            trial.set_user_attr(key, value)
+        tags = {"worker": self.name, "code_version": self.code_version, **owner_tags()}
+        if retry_of is not None:
+            tags["retry_of"] = str(retry_of)
+        with TrialRun(self.parent_run_id, self.experiment_id, trial, tags) as run:
+            trial.set_user_attr(study_report.ATTR_RUN_ID, run.run_id)
+            params = flat_params(self.data_cfg, train_cfg, growth_cfg, curriculum_cfg)
+            params.update({k: v for k, v in flat_params(trial.params).items() if k not in params})
+            params.update(data_digest=self.data.digest, data_size_train=str(len(self.data.train)))
+            run.log_params(params)
+            try:
+                return self._train(trial, run, candidate, train_cfg, growth_cfg, curriculum_cfg)
+            except optuna.TrialPruned as pruned:
+                click.echo(f"trial {trial.number}: {pruned} [{candidate.schedule() or 'no growth'}]")
+                raise
+            except Exception as err:  # counts against the budget: the same choices would fail again
+                trial.set_user_attr(study_report.ATTR_FAIL, one_line(err))
+                raise
+
+    def _train(
+        self,
+        trial: optuna.Trial,
+        run: TrialRun,
+        candidate: search_space.Candidate,
+        train_cfg: TrainConfig,
+        growth_cfg: GrowthConfig,
+        curriculum_cfg: DynamicCurriculumConfig,
+    ) -> float | tuple[float, float]:
+        try:
+            final = search_space.check(candidate, self.start, train_cfg.epochs)
+            setup = prepare_curriculum(curriculum_cfg, self.data, train_cfg, list(candidate.events))
+        except (GrowthError, CurriculumError) as err:  # never trained: say why, spend nothing
+            reason = one_line(err)
+            trial.set_user_attr(study_report.ATTR_INVALID, reason)
+            run.set_tags({"invalid_reason": reason})
+            raise optuna.TrialPruned(f"invalid: {reason}") from None
+        trial.set_user_attr(study_report.ATTR_ARCH, search_space.describe(final))
+        run.set_tags(
+            {"final_spec": final.to_json(), "final_arch": search_space.describe(final), **setup.tags()}
+        )
+        plan = ExperimentPlan(train_cfg, self.on_device, list(candidate.events), growth_cfg, setup.curriculum)
+        seed_everything(train_cfg.seed, train_cfg.deterministic)
+        state = new_state(self.start, train_cfg, self.device)
+        val_tiers = setup.val_tiers
+        prune = len(self.objectives) == 1
+
+        def on_epoch(epoch: int, metrics: dict, fit_state: FitState) -> None:
+            run.log_metrics(metrics, step=epoch)
+            trial.set_user_attr(study_report.ATTR_EPOCHS, epoch + 1)
+            trial.set_user_attr(study_report.ATTR_TRAIN_S, fit_state.cumulative_s)
+            if prune:
+                trial.report(metrics["val/acc"], epoch + 1)  # step: epochs trained (the resource)
+                if trial.should_prune():
+                    trial.set_user_attr(study_report.ATTR_PRUNED_AT, epoch + 1)
+                    raise optuna.TrialPruned(
+                        f"pruned after epoch {epoch + 1}: val/acc {metrics['val/acc']:.4f}"
+                    )
+
+        try:
+            fit(state, self.on_device, train_cfg, plan, val_tiers=val_tiers, on_epoch=on_epoch)
+        except DivergenceError as err:  # these choices (typically the lr) cannot train: prune, say where
+            reason = f"diverged: {err}"
+            trial.set_user_attr(study_report.ATTR_FAIL, reason)
+            trial.set_user_attr(study_report.ATTR_PRUNED_AT, err.epoch + 1)
+            run.set_tags({"diverged_at": f"epoch {err.epoch}, step {err.step}"})
+            raise optuna.TrialPruned(reason) from None
+        finally:  # a pruned trial keeps what it trained: its trace and history so far
+            if state.history:
+                log_trial_artifacts(run, state, plan)
+        last = state.history[-1]
+        run.log_metrics(
+            {"final/val_acc": last["val/acc"], "time/total_s": state.cumulative_s}, step=state.epoch - 1
+        )
+        click.echo(
+            f"trial {trial.number}: val/acc {last['val/acc']:.4f} in {state.cumulative_s:.1f}s "
+            f"[{candidate.schedule() or 'no growth'}; {candidate.pacing}; lr {candidate.lr:.3g}]"
+        )
+        values = {"val/acc": last["val/acc"], "time/cumulative_s": state.cumulative_s}
+        result = tuple(values[name] for name in self.objectives)
+        return result[0] if len(result) == 1 else result
+
+    def work(self, n_trials: int) -> int:
+        """Run trials until the study holds ``n_trials`` counted trials and none is left
+        RUNNING by a worker that may have died; returns how many this worker ran."""
+        heartbeat = not self.study_cfg.storage.startswith("journal:")  # RDB storages beat
+        ran = 0
+        while True:
+            trials = self.study.get_trials(deepcopy=False)
+            waiting = any(t.state == TrialState.WAITING for t in trials)
+            if waiting or sum(counted(t) for t in trials) < n_trials:
+                # optimize (not ask/tell): it beats the heartbeat and fails stale trials first.
+                self.study.optimize(self.objective, n_trials=1)
+                ran += 1
+                continue
+            if heartbeat and any(t.state == TrialState.RUNNING for t in trials):
+                # Another worker's trial is running; if that worker died, its heartbeat stops
+                # and the trial is retried, so wait for one or the other.
+                time.sleep(min(5, self.study_cfg.heartbeat_interval))
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    optuna.storages.fail_stale_trials(self.study)
+                continue
+            return ran
+
+
+def log_trial_artifacts(run: TrialRun, state: FitState, plan: ExperimentPlan) -> None:
+    run.client.log_text(
+        run.run_id, json.dumps(state.trace.to_dict(), indent=2, sort_keys=True), "architecture_trace.json"
+    )
+    run.client.log_text(run.run_id, json.dumps(plan.to_dict(), indent=2, sort_keys=True), "plan.json")
+    with scratch_dir() as tmp:
+        pd.DataFrame(state.history).to_csv(tmp / "history.csv", index=False)
+        run.client.log_artifact(run.run_id, str(tmp / "history.csv"))
+
+
+def train_dynamic_options(
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    growth_cfg: GrowthConfig,
+    curriculum_cfg: DynamicCurriculumConfig,
+) -> dict[str, str]:
+    """The ``-P`` options (those off train_dynamic's defaults) that retrain a trial there."""
+    options = {}
+    for cfg in (data_cfg, train_cfg, growth_cfg, curriculum_cfg):
+        default = type(cfg)()
+        for f in dataclasses.fields(cfg):
+            value = getattr(cfg, f.name)
+            if value != getattr(default, f.name) and f.name not in ("device", "data_dir"):
+                options[f.name] = str(value).lower() if isinstance(value, bool) else str(value)
+    return options
