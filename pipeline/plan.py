@@ -6,7 +6,6 @@ data order and model growth can be compared separately. No MLflow inside.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass
 
@@ -41,7 +40,7 @@ class CurriculumConfig:
     pacing_a: float = opt(0.8, "fraction of training after which all data is in use")
     pacing_b: float = opt(0.2, "fraction of the data in use at the start (pacing functions)")
     tier_boundaries: str = opt(
-        "", "epochs e1,e2 at which medium, then hard examples join; empty: at growth events, else thirds"
+        "", "epochs e1,e2 at which medium, then hard examples join; empty: before the first growth or thirds"
     )
     difficulty_score: str = opt("loss", "scores-table column that orders examples by difficulty")
     curriculum_seed: int = opt(0, "seed of the random-order control")
@@ -88,13 +87,19 @@ class GrowthConfig:
 
 
 def growth_boundaries(events: list[GrowthEvent]) -> list[int] | None:
-    """Tier boundaries tied to growth: with n events, medium examples join at event ceil(2n/3)
-    and hard ones at the last event, so the full data arrives with the complete network and
-    the small early networks train on the cheap, easy part of the data."""
+    """Tier boundaries tied to growth: the start network works through the curriculum (medium
+    examples join a third and hard ones two thirds of the way to the first growth event), and
+    every grown network trains on all the data.
+
+    Why not hold hard examples back until the last growth: measured on full Fashion-MNIST,
+    networks fed only easy examples stall near 0.84 validation accuracy whatever their size,
+    and the complete network then has too few epochs on the whole data to catch up (1.35
+    points below static). The start network is the cheap one, so the curriculum costs little
+    there; the expensive grown networks need every example."""
     if not events:
         return None
-    n = len(events)
-    return [events[math.ceil(2 * n / 3) - 1].epoch, events[-1].epoch]
+    first = min(event.epoch for event in events)
+    return [first // 3, 2 * first // 3]
 
 
 class ExperimentPlan(TrainingPlan):

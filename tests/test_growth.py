@@ -349,9 +349,10 @@ def test_schedules_round_trip_through_json_and_compact_form(tmp_path):
 
 def test_spec_at_epoch_applies_events_up_to_and_including_that_epoch():
     start = minimal()
-    events = parse_schedule("default", 10)  # epochs 2, 3, 5, 6
-    assert spec_at_epoch(start, events, 0).layers == start.layers
-    assert spec_at_epoch(start, events, 2).layer_ids() == ["conv1", "pool1", "conv2", "fc1"]
+    events = parse_schedule("default", 10)  # conv2 and pool2 at epoch 3, res1 and drop1 at 6
+    assert [e.epoch for e in events] == [3, 3, 6, 6]
+    assert spec_at_epoch(start, events, 2).layers == start.layers
+    assert spec_at_epoch(start, events, 3).layer_ids() == ["conv1", "pool1", "conv2", "pool2", "fc1"]
     assert spec_at_epoch(start, events, 9).layers == final_spec(start, events).layers
 
 

@@ -77,8 +77,10 @@ def test_dynamic_run_with_curriculum_resumes_exactly(small_data, tmp_path):
     assert [h["train/examples"] for h in whole.history] == [667, 1334, 2000, 2000]
 
 
-def test_tier_boundaries_follow_growth_events():
-    events = parse_schedule("2:conv(8);4:pool;5:residual;7:dropout(0.3)", 12)
-    assert growth_boundaries(events) == [5, 7]
-    assert growth_boundaries(events[:1]) == [2, 2]
+def test_tiers_are_worked_through_before_the_first_growth_event():
+    events = parse_schedule("4:conv(8);4:pool;7:residual;7:dropout(0.3)", 12)
+    assert growth_boundaries(events) == [1, 2]
+    assert growth_boundaries(parse_schedule("default", 12)) == [1, 2]
+    assert growth_boundaries(parse_schedule("9:conv(8);6:pool", 12)) == [2, 4]  # the earliest event
+    assert growth_boundaries(parse_schedule("1:conv(8)", 12)) == [0, 0]  # no room: all data at once
     assert growth_boundaries([]) is None
