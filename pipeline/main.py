@@ -258,7 +258,8 @@ def _print_conclusion(evaluate_run_id: str) -> None:
             run_id=evaluate_run_id, artifact_path="report/report.md", dst_path=str(tmp)
         )
         text = Path(path).read_text()
-    click.echo(text.split("\n## ")[0].strip())
+    # The title and the Conclusion section; the per-variant details stay in the report.
+    click.echo("\n## ".join(text.split("\n## ")[:2]).split("\n### ")[0].strip())
     click.echo(f"\nfull report: runs:/{evaluate_run_id}/report/report.html (MLflow UI, evaluate run)")
 
 

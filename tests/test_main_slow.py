@@ -58,7 +58,7 @@ def test_main_runs_the_study_and_a_second_run_reuses_every_step(tracking):
     assert main_run.data.tags["evaluate_run_id"] == evaluation.info.run_id
     report = {a.path for a in mlflow.MlflowClient().list_artifacts(evaluation.info.run_id, "report")}
     assert {"report/report.html", "report/comparison.csv", "report/paired.csv"} <= report
-    assert "full report: runs:/" in first.stdout
+    assert "## Conclusion" in first.stdout and "full report: runs:/" in first.stdout
 
     second = _main(tracking, experiment_id)
     assert second.returncode == 0, second.stderr[-3000:]
