@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,6 +36,18 @@ def tracking(tmp_path, monkeypatch):
 def small_data():
     """A stratified 2,000-example real Fashion-MNIST subset (train, val and test)."""
     return load_data(DataConfig(subset=2000), include_test=True)
+
+
+def mlflow_run(
+    tracking_uri: str, entry_point: str, *params: str, options: tuple[str, ...] = (), timeout: int = 600
+) -> subprocess.CompletedProcess:
+    """``mlflow run`` of this project's ``entry_point`` as a user runs it, ``-P`` per param."""
+    args = [sys.executable, "-m", "mlflow", "run", str(REPO), "-e", entry_point, "--env-manager", "local"]
+    for param in params:
+        args += ["-P", param]
+    return subprocess.run(
+        [*args, *options], env=subprocess_env(tracking_uri), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def subprocess_env(tracking_uri: str) -> dict[str, str]:

@@ -4,32 +4,21 @@ step is reused and nothing is trained again."""
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 
 import mlflow
 import pytest
 
-from tests.conftest import REPO, subprocess_env
+from tests.conftest import mlflow_run
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["-P", "subset=300", "-P", "epochs=2", "-P", "seeds=0"]
+SMALL = ("subset=300", "epochs=2", "seeds=0")
 # quick preset, one seed: score_difficulty, the static control, three dynamic variants, evaluate
 STEPS = 6
 
 
 def _main(tracking: str, experiment_id: str) -> subprocess.CompletedProcess:
-    mlflow_cli = Path(sys.executable).parent / "mlflow"
-    command = [str(mlflow_cli), "run", ".", "-e", "main", "--env-manager", "local"]
-    return subprocess.run(
-        [*command, "--experiment-id", experiment_id, *SMALL],
-        cwd=REPO,
-        env=subprocess_env(tracking),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    return mlflow_run(tracking, "main", *SMALL, options=("--experiment-id", experiment_id), timeout=900)
 
 
 def _runs(experiment_id: str, entry_point: str) -> list:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import mlflow
 import pytest
 
 from pipeline import scores, scoring
 from pipeline.training import TIER_NAMES
-from tests.conftest import REPO, subprocess_env
+from tests.conftest import mlflow_run
 
 pytestmark = pytest.mark.slow
 
@@ -18,20 +17,7 @@ EASY, HARD = TIER_NAMES.index("easy"), TIER_NAMES.index("hard")
 
 
 def _mlflow_run(tracking: str, *params: str) -> subprocess.CompletedProcess:
-    args = [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "run",
-        str(REPO),
-        "-e",
-        "score_difficulty",
-        "--env-manager",
-        "local",
-    ]
-    for p in ("subset=2000", *params):
-        args += ["-P", p]
-    return subprocess.run(args, env=subprocess_env(tracking), capture_output=True, text=True, timeout=300)
+    return mlflow_run(tracking, "score_difficulty", "subset=2000", *params, timeout=300)
 
 
 def _only_run(**params: str) -> mlflow.entities.Run:

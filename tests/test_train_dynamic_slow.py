@@ -14,7 +14,7 @@ import pytest
 
 from models.io import load_model
 from models.spec import ArchSpec
-from tests.conftest import REPO, subprocess_env
+from tests.conftest import mlflow_run, subprocess_env
 
 pytestmark = pytest.mark.slow
 DATA = ["--subset", "2000"]
@@ -39,29 +39,7 @@ def _runs(entry_point: str):
 def test_train_dynamic_through_mlflow_run_grows_and_follows_the_curriculum(tracking, tmp_path):
     scored = _python(tracking, "pipeline.score_difficulty", *DATA, "--folds", "2", "--epochs", "1")
     assert scored.returncode == 0, scored.stderr[-3000:]
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "run",
-            str(REPO),
-            "-e",
-            "train_dynamic",
-            "--env-manager",
-            "local",
-            "-P",
-            "subset=2000",
-            "-P",
-            "epochs=5",
-            "-P",
-            "progress=false",
-        ],
-        env=subprocess_env(tracking),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = mlflow_run(tracking, "train_dynamic", "subset=2000", "epochs=5", "progress=false")
     assert result.returncode == 0, result.stderr[-3000:]
     run = _runs("train_dynamic")[0]
     assert run.info.status == "FINISHED"

@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import mlflow
 import pytest
 
 from models.io import load_model
-from tests.conftest import REPO, subprocess_env
+from tests.conftest import mlflow_run
 
 pytestmark = pytest.mark.slow
 
 
 def _mlflow_run(tracking, *params: str, entry: str = "train_static") -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "mlflow", "run", str(REPO), "-e", entry, "--env-manager", "local"]
-    for p in params:
-        args += ["-P", p]
-    return subprocess.run(args, env=subprocess_env(tracking), capture_output=True, text=True, timeout=600)
+    return mlflow_run(tracking, entry, *params)
 
 
 def test_train_static_through_mlflow_run_logs_everything(tracking, tmp_path):
