@@ -48,6 +48,23 @@ def pick_device(name: str = "auto") -> torch.device:
     return torch.device("cpu")
 
 
+def memory_format_for(device: torch.device) -> torch.memory_format:
+    """The layout convolutional activations should have on ``device``.
+
+    channels_last (NHWC) on CPU and CUDA: oneDNN's max-pool and ReLU run several times faster on
+    it than on NCHW, which the small, memory-bound networks a growing run starts from feel most
+    (full Fashion-MNIST, default spec, 1 thread: 271 s for 12 epochs against 334 s, the same
+    val/acc). MPS keeps the default layout.
+    """
+    return torch.channels_last if device.type in ("cpu", "cuda") else torch.contiguous_format
+
+
+def place_model(model: nn.Module, device: torch.device) -> nn.Module:
+    """``model`` on ``device`` in its preferred layout, in place: parameters stay the same objects,
+    so an optimizer that holds them (and its momentum buffers) stays valid."""
+    return model.to(device=device, memory_format=memory_format_for(device))
+
+
 def seed_everything(seed: int, deterministic: bool) -> None:
     random.seed(seed)
     np.random.seed(seed)

@@ -21,7 +21,7 @@ from models.flops import flops_per_example
 from models.spec import ArchSpec
 from pipeline.cli import opt
 from pipeline.data import AUGMENTATIONS, Data
-from pipeline.loop import EvalResult, cosine_lr, evaluate, train_one_epoch
+from pipeline.loop import EvalResult, cosine_lr, evaluate, place_model, train_one_epoch
 
 CHECKPOINT_FORMAT = 1
 TIER_NAMES = ("easy", "medium", "hard")
@@ -206,6 +206,7 @@ def fit(
         epoch_start = time.perf_counter()
         model, optimizer, events = plan.before_epoch(epoch, state.model, state.optimizer)
         if model is not state.model:
+            place_model(model, data.train.x.device)  # new layers take the layout of the old ones
             flops = flops_per_example(model, data.input_shape)
         state.model, state.optimizer = model, optimizer
         state.trace.events.extend(events)
@@ -315,7 +316,7 @@ def load_checkpoint(path: Path, cfg: TrainConfig, plan: TrainingPlan, device: to
     except ModelFileError as err:
         raise CheckpointError(str(err)) from None
     model.load_state_dict(ckpt["model"])
-    model.to(device)
+    place_model(model, device)
     optimizer = make_optimizer(model, cfg)
     optimizer.load_state_dict(ckpt["optimizer"])
     plan.load_state_dict(json.loads(ckpt["plan"]))
@@ -339,6 +340,6 @@ def load_checkpoint(path: Path, cfg: TrainConfig, plan: TrainingPlan, device: to
 
 def new_state(spec: ArchSpec, cfg: TrainConfig, device: torch.device) -> FitState:
     """A fresh model and optimizer; call after seeding so the initial weights follow the seed."""
-    model = build_model(spec).to(device)
+    model = place_model(build_model(spec), device)
     generator = torch.Generator().manual_seed(cfg.seed)
     return FitState(model=model, optimizer=make_optimizer(model, cfg), generator=generator)
