@@ -5,7 +5,8 @@ easy/medium/hard, both in training-position order) into the training positions o
 
 - ``none``: every example, every epoch (the static baseline).
 - ``tiers``: the project's core design: easy examples only, then easy+medium, then all, with
-  the stage boundaries at the model's growth epochs (or thirds of ``a * epochs``).
+  the stage boundaries at the model's growth epochs (or thirds of ``a * epochs``); with a third
+  boundary the easy examples then retire and the rest of training uses medium and hard ones.
 - ``linear``, ``quad``, ``root``, ``step``, ``exp``, ``log``: the pacing functions of Wu, Dyer &
   Neyshabur 2021, "When do curricula work?" (ICLR): the first ``ceil(g(t) * N)`` examples of
   the difficulty-sorted data at training progress ``t = epoch / epochs``.
@@ -120,6 +121,8 @@ PACINGS: dict[str, Callable[[float, float, float], float]] = {
 }
 CURRICULUM_PACINGS = ("none", "tiers", *PACINGS, "self-paced")
 ORDERS = ("curriculum", "anti", "random")
+# The ``tiers`` stage after a third boundary: easy examples retired, medium and hard in use.
+RETIRED_STAGE = 3
 
 
 def get_pacing(name: str) -> Callable[[float, float, float], float]:
@@ -146,7 +149,8 @@ class Curriculum:
     ="random"``), ``tiers`` needs ``tiers``; with ``tiers`` given, every pacing reports the tier
     mix it uses. ``a`` sets when all data is in use (and the default tier boundaries), ``b`` the
     starting fraction of the difficulty and self-paced pacings. ``boundaries=[e1, e2]``: epochs
-    before e1 use tier 0, before e2 tiers 0-1, then all. ``self_paced_pacing`` names the pacing
+    before e1 use tier 0, before e2 tiers 0-1, then all; ``[e1, e2, e3]``: from e3 on, tiers 1-2
+    (the easy examples retire). ``self_paced_pacing`` names the pacing
     function that gives self-paced its fraction.
     """
 
@@ -231,13 +235,16 @@ class Curriculum:
     @staticmethod
     def _check_boundaries(boundaries: Sequence[int]) -> list[int]:
         bounds = list(boundaries)
-        if len(bounds) != len(TIER_NAMES) - 1 or not all(isinstance(e, int | np.integer) for e in bounds):
+        if len(bounds) not in (2, 3) or not all(isinstance(e, int | np.integer) for e in bounds):
             raise CurriculumError(
-                f"tier boundaries {bounds} must be two epochs [e1, e2] (easy→medium, medium→hard)"
+                f"tier boundaries {bounds} must be two or three epochs [e1, e2(, e3)] "
+                "(medium joins, hard joins, easy retires)"
             )
         bounds = [int(e) for e in bounds]
-        if bounds[0] < 0 or bounds[0] > bounds[1]:
-            raise CurriculumError(f"tier boundaries {bounds} must be non-negative and in order (e1 <= e2)")
+        if bounds[0] < 0 or bounds != sorted(bounds):
+            raise CurriculumError(
+                f"tier boundaries {bounds} must be non-negative and in order (e1 <= e2 <= e3)"
+            )
         return bounds
 
     def validate(self, epochs: int) -> Curriculum:
@@ -282,8 +289,12 @@ class Curriculum:
         return [math.ceil(k * self.a * epochs / 3 - COUNT_TOLERANCE) for k in (1, 2)]
 
     def stage(self, epoch: int, epochs: int) -> int:
-        """``tiers`` pacing: the highest tier in use (0 easy only, 1 easy+medium, 2 all)."""
+        """``tiers`` pacing: 0 easy only, 1 easy+medium, 2 all, 3 medium+hard (easy retired)."""
         return sum(epoch >= e for e in self.tier_boundaries(epochs))
+
+    def _tiers_in_use(self, stage: int) -> np.ndarray:
+        """Which examples a ``tiers`` stage uses, as a mask over training positions."""
+        return self.tiers >= 1 if stage == RETIRED_STAGE else self.tiers <= stage
 
     def target_fraction(self, epoch: int, epochs: int) -> float:
         """The pacing function's fraction at progress epoch / epochs (1 for none and tiers)."""
@@ -298,7 +309,7 @@ class Curriculum:
         self._check_epoch(epoch, epochs)
         n = self._check_size(None)
         if self.pacing == "tiers":
-            return int((self.tiers <= self.stage(epoch, epochs)).sum())
+            return int(self._tiers_in_use(self.stage(epoch, epochs)).sum())
         fraction = self.target_fraction(epoch, epochs)
         return min(n, max(1, math.ceil(fraction * n - COUNT_TOLERANCE)))
 
@@ -328,6 +339,10 @@ class Curriculum:
             )
         if self._ordering is None:
             self._ordering = self._rank(self.difficulty, self.tiers if self.pacing == "tiers" else None)
+        if self.pacing == "tiers" and self.stage(epoch, epochs) == RETIRED_STAGE:
+            # The window slides to the end of the order: the hardest k (anti: the easiest k;
+            # random: another random k), so each control drops what it has seen longest.
+            return np.sort(self._ordering[len(self._ordering) - k :])
         return np.sort(self._ordering[:k])
 
     @torch.no_grad()

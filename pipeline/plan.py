@@ -40,7 +40,8 @@ class CurriculumConfig:
     pacing_a: float = opt(0.8, "fraction of training after which all data is in use")
     pacing_b: float = opt(0.2, "fraction of the data in use at the start (pacing functions)")
     tier_boundaries: str = opt(
-        "", "epochs e1,e2 at which medium, then hard examples join; empty: before the first growth or thirds"
+        "",
+        "epochs e1,e2[,e3]: medium joins at e1, hard at e2, easy retires at e3; empty: tied to growth",
     )
     difficulty_score: str = opt("loss", "scores-table column that orders examples by difficulty")
     curriculum_seed: int = opt(0, "seed of the random-order control")
@@ -52,7 +53,7 @@ class CurriculumConfig:
             return [int(v) for v in self.tier_boundaries.split(",")]
         except ValueError:
             raise CurriculumError(
-                f"--tier-boundaries {self.tier_boundaries!r} must be two epochs like 3,6"
+                f"--tier-boundaries {self.tier_boundaries!r} must be two or three epochs like 3,6 or 3,6,8"
             ) from None
 
 

@@ -156,6 +156,24 @@ def test_tiers_anti_is_hard_first_and_random_matches_counts(difficulty, tiers):
     assert set(tiers[rand.positions(0, 6)].tolist()) == {0, 1, 2}
 
 
+def test_tiers_retire_easy_examples_at_a_third_boundary(difficulty, tiers):
+    c = Curriculum(difficulty, tiers, pacing="tiers", boundaries=[1, 2, 4])
+    expect = {0: {0}, 1: {0, 1}, 2: {0, 1, 2}, 3: {0, 1, 2}, 4: {1, 2}, 5: {1, 2}}
+    for epoch, allowed in expect.items():
+        pos = c.positions(epoch, 6)
+        assert set(tiers[pos].tolist()) == allowed
+        assert len(pos) == sum(int((tiers == t).sum()) for t in allowed)
+    assert [c.stage(e, 6) for e in range(6)] == [0, 1, 2, 2, 3, 3]
+    # The controls drop as many examples: anti its easiest-ranked (it began with the hardest),
+    # random another random set.
+    anti = Curriculum(difficulty, tiers, pacing="tiers", order="anti", boundaries=[1, 2, 4])
+    rand = Curriculum(difficulty, tiers, pacing="tiers", order="random", boundaries=[1, 2, 4])
+    assert set(tiers[anti.positions(4, 6)].tolist()) == {0, 1}
+    assert len(anti.positions(5, 6)) == len(rand.positions(5, 6)) == len(c.positions(5, 6)) == 400
+    assert set(tiers[rand.positions(4, 6)].tolist()) == {0, 1, 2}
+    assert c.epoch_info(4, 6)["curriculum/tier_easy_coverage"] == 0.0
+
+
 def test_tiers_default_boundaries_are_thirds_of_a_times_epochs(tiers):
     assert Curriculum(tiers=tiers, pacing="tiers", a=0.75).tier_boundaries(12) == [3, 6]
     assert Curriculum(tiers=tiers, pacing="tiers", a=1.0).tier_boundaries(10) == [4, 7]
@@ -172,8 +190,10 @@ def test_unbalanced_tier_controls_still_match_counts():
     ("boundaries", "message"),
     [
         ([5, 3], "in order"),
+        ([2, 5, 4], "in order"),
         ([-1, 3], "non-negative"),
-        ([2], "two epochs"),
+        ([2], "two or three epochs"),
+        ([1, 2, 3, 4], "two or three epochs"),
         ([2, 12], "tier boundary epoch 12 is past the last epoch 11 of --epochs 12"),
     ],
 )
