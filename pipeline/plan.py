@@ -67,7 +67,7 @@ class DynamicCurriculumConfig(CurriculumConfig):
 class GrowthConfig:
     start_spec: str = opt("minimal", "architecture the run starts from (name, JSON file or string)")
     schedule: str = opt(
-        "default", "growth schedule: a name, JSON, or compact like '3:conv(64)@after:pool1;6:pool'"
+        "default", "growth schedule: a name, JSON, or compact like '3:conv(64)@after:pool1;6:residual'"
     )
     growth_init: str = opt("preserve", "preserve (function-preserving where possible) or random")
     grow_on: str = opt(
@@ -90,17 +90,21 @@ class GrowthConfig:
 def growth_boundaries(events: list[GrowthEvent]) -> list[int] | None:
     """Tier boundaries tied to growth: the start network works through the curriculum (medium
     examples join a third and hard ones two thirds of the way to the first growth event), and
-    every grown network trains on all the data.
+    from the first growth on the easy examples retire: the grown networks train on the medium
+    and hard ones.
 
-    Why not hold hard examples back until the last growth: measured on full Fashion-MNIST,
-    networks fed only easy examples stall near 0.84 validation accuracy whatever their size,
-    and the complete network then has too few epochs on the whole data to catch up (1.35
-    points below static). The start network is the cheap one, so the curriculum costs little
-    there; the expensive grown networks need every example."""
+    Why this shape, measured on full Fashion-MNIST (12 epochs): networks fed only easy
+    examples stall near 0.84 validation accuracy whatever their size, so holding hard examples
+    back until the network is complete left it too few epochs to catch up (1.35 points below
+    static). Easy examples, once learned, teach little: the static network trained without
+    them from epoch 2 on ends as accurate as with them (seed 0: 0.9342 against 0.9320; seeds
+    1-2 with these boundaries: 0.9322 and 0.9344 against 0.9334 and 0.9340) at 0.71x the cost
+    of each such epoch. Dropping more than the easy third costs accuracy (the hardest half per
+    class: 0.9308; 40%: 0.9224), because the network then forgets the easy examples."""
     if not events:
         return None
     first = min(event.epoch for event in events)
-    return [first // 3, 2 * first // 3]
+    return [first // 3, 2 * first // 3, first]
 
 
 class ExperimentPlan(TrainingPlan):

@@ -11,7 +11,7 @@ epochs (ties keep slot order), so any draw of epochs is a valid order. Layers go
 type's default place: feature-map layers (conv, pool, batchnorm, residual) after the last of
 those, fc and dropout just before the head. Each type's size is searched where it has one
 (conv channels, fc features, dropout p). The one invalid kind left in this space is a
-schedule with more pools than the input can halve (28x28 takes 4 halvings; minimal uses one).
+schedule with more pools than the input can halve (28x28 takes 4 halvings; minimal uses two).
 
 Parameter names are stable; they are the columns of the study's trials table:
 

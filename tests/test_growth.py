@@ -180,7 +180,16 @@ def test_grow_matches_static_model_and_preserves_the_function(data):
 
 # --- each way of preserving, and each way it cannot ---------------------------------------
 
-SMALL = minimal((1, 8, 8), 10)  # conv1(32) pool1 fc1(128): fc1 reads 32x4x4
+# conv1(32) pool1 fc1(128): fc1 reads 32x4x4
+SMALL = ArchSpec(
+    (1, 8, 8),
+    10,
+    (
+        {"id": "conv1", "type": "conv", "out_channels": 32},
+        {"id": "pool1", "type": "pool"},
+        {"id": "fc1", "type": "fc", "out_features": 128},
+    ),
+)
 WITH_RESIDUAL = ArchSpec(
     (2, 6, 6),
     3,
@@ -315,10 +324,23 @@ def test_default_schedule_grows_a_model_into_the_default_static_model():
     preserved = []
     for event in parse_schedule("default", 12):
         model, info = grow(model, event)
-        preserved.append((info["layer_id"], info["preserved"]))
-    assert preserved == [("conv2", True), ("pool2", False), ("res1", True), ("drop1", True)]
+        preserved.append((info["layer_id"], info["preserved"], info["reinitialised"]))
+    assert preserved == [("conv2", True, []), ("res1", True, []), ("drop1", True, [])]
     static = build_model(resolve_spec("default", *FASHION))
     assert list(shapes(model).items()) == list(shapes(static).items())
+
+
+@pytest.mark.parametrize("name", [n for n in NAMED_SCHEDULES if n != "none"])
+def test_every_named_schedule_preserves_the_function_at_every_event(name):
+    # The minimal spec holds the pools already, so no event shrinks a map under a trained layer.
+    torch.manual_seed(0)
+    model = build_model(resolve_spec("minimal", *FASHION)).eval()
+    x = torch.rand(4, *FASHION[0])  # (B, C, H, W)
+    for event in parse_schedule(name, 12):
+        grown, info = grow(model, event)
+        assert info["preserved"] and not info["reinitialised"], (name, info["layer_id"])
+        torch.testing.assert_close(grown(x), model(x), atol=1e-5, rtol=1e-5)
+        model = grown
 
 
 def test_compact_string_parses_with_ids_defaults_and_keywords():
@@ -329,7 +351,7 @@ def test_compact_string_parses_with_ids_defaults_and_keywords():
         GrowthEvent(7, {"type": "residual"}),
         GrowthEvent(9, {"type": "dropout", "p": 0.3}),
     ]
-    spec = final_spec(minimal(), events)
+    spec = final_spec(SMALL, events)
     assert spec.layer_ids() == ["conv1", "pool1", "conv2", "pool2", "res1", "fc1", "drop1"]
     assert parse_schedule("2:wide=conv(16,kernel_size=5)@head;4:pool(avg, size=1)") == [
         GrowthEvent(2, {"type": "conv", "out_channels": 16, "kernel_size": 5}, "head", "wide"),
@@ -349,11 +371,17 @@ def test_schedules_round_trip_through_json_and_compact_form(tmp_path):
 
 def test_spec_at_epoch_applies_events_up_to_and_including_that_epoch():
     start = minimal()
-    events = parse_schedule("default", 10)  # conv2 and pool2 at epoch 3, res1 and drop1 at 6
-    assert [e.epoch for e in events] == [3, 3, 6, 6]
-    assert spec_at_epoch(start, events, 2).layers == start.layers
-    assert spec_at_epoch(start, events, 3).layer_ids() == ["conv1", "pool1", "conv2", "pool2", "fc1"]
+    events = parse_schedule("2:conv2=conv(64)@after:pool1;5:res1=residual@after:pool2;5:dropout", 10)
+    assert spec_at_epoch(start, events, 1).layers == start.layers
+    assert spec_at_epoch(start, events, 2).layer_ids() == ["conv1", "pool1", "conv2", "pool2", "fc1"]
+    assert spec_at_epoch(start, events, 4).layer_ids() == ["conv1", "pool1", "conv2", "pool2", "fc1"]
     assert spec_at_epoch(start, events, 9).layers == final_spec(start, events).layers
+
+
+def test_default_schedule_grows_everything_at_once_a_quarter_of_the_way_in():
+    assert [e.epoch for e in parse_schedule("default", 12)] == [3, 3, 3]
+    assert [e.epoch for e in parse_schedule("default", 10)] == [3, 3, 3]  # floor(2.5 + 0.5)
+    assert [e.epoch for e in parse_schedule("default", 2)] == [1, 1, 1]
 
 
 @pytest.mark.parametrize(
@@ -365,7 +393,10 @@ def test_spec_at_epoch_applies_events_up_to_and_including_that_epoch():
         ("5:dropout;3:residual", "growth events out of order: 3:residual comes after an event at epoch 5"),
         ("3:pool;4:pool;5:pool;6:pool;7:pool", "pool of size 2 would shrink the 1x1 map below 1x1"),
         ("3:conv(8)@after:fc1", "conv cannot follow a fully connected layer"),
-        ("3:residual@after:pool9", "position 'after:pool9' names no layer (layers: conv1, pool1, fc1, head)"),
+        (
+            "3:residual@after:pool9",
+            "position 'after:pool9' names no layer (layers: conv1, pool1, pool2, fc1, head)",
+        ),
         ("3:residual@beside:pool1", "position 'beside:pool1' must be after:<id>, before:<id> or head"),
         ("3:dropout@after:head", "position 'after:head' must be after:<id>, before:<id> or head"),
         ("3:conv1=conv(8)", "layer id 'conv1' is already in use"),

@@ -77,10 +77,11 @@ def test_dynamic_run_with_curriculum_resumes_exactly(small_data, tmp_path):
     assert [h["train/examples"] for h in whole.history] == [667, 1334, 2000, 2000]
 
 
-def test_tiers_are_worked_through_before_the_first_growth_event():
+def test_tiers_are_worked_through_before_the_first_growth_and_easy_ones_retire_at_it():
     events = parse_schedule("4:conv(8);4:pool;7:residual;7:dropout(0.3)", 12)
-    assert growth_boundaries(events) == [1, 2]
-    assert growth_boundaries(parse_schedule("default", 12)) == [1, 2]
-    assert growth_boundaries(parse_schedule("9:conv(8);6:pool", 12)) == [2, 4]  # the earliest event
-    assert growth_boundaries(parse_schedule("1:conv(8)", 12)) == [0, 0]  # no room: all data at once
+    assert growth_boundaries(events) == [1, 2, 4]
+    first = parse_schedule("default", 12)[0].epoch
+    assert growth_boundaries(parse_schedule("default", 12)) == [first // 3, 2 * first // 3, first]
+    assert growth_boundaries(parse_schedule("9:conv(8);6:pool", 12)) == [2, 4, 6]  # the earliest event
+    assert growth_boundaries(parse_schedule("1:conv(8)", 12)) == [0, 0, 1]  # no room: all data at once
     assert growth_boundaries([]) is None

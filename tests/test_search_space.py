@@ -18,12 +18,12 @@ from pipeline import search_space
 from pipeline.curriculum import CURRICULUM_PACINGS
 from pipeline.training import ConfigError
 
-START = resolve_spec("minimal", (1, 28, 28), 10)  # conv1 pool1 fc1: the map is 14x14 after pool1
+START = resolve_spec("minimal", (1, 28, 28), 10)  # conv1 pool1 pool2 fc1: the map is 7x7 after pool2
 SPACE = search_space.SearchSpace(
     epochs=6, max_events=5, layer_types=LAYER_TYPES, pacings=CURRICULUM_PACINGS, lr_low=0.01, lr_high=0.2
 ).validate()
-# Pools the 14x14 map after pool1 can still take: 14 -> 7 -> 3 -> 1.
-POOLS_LEFT = 3
+# Pools the 7x7 map after pool2 can still take: 7 -> 3 -> 1.
+POOLS_LEFT = 2
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -155,4 +155,4 @@ def test_describe_names_each_layer_with_its_size():
         START,
         4,
     )
-    assert search_space.describe(final) == "conv1(32) pool1 conv2(64) fc1(128) drop1(0.3)"
+    assert search_space.describe(final) == "conv1(32) pool1 pool2 conv2(64) fc1(128) drop1(0.3)"
