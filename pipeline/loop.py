@@ -99,6 +99,10 @@ class EpochStats:
     steps: int
     seconds: float
     lr: float
+    # With ``example_losses=True``: the positions in the order they were trained (P,) and the
+    # loss each had in its step (P,), both on the CPU.
+    order: torch.Tensor | None = None
+    losses: torch.Tensor | None = None
 
 
 def train_one_epoch(
@@ -115,17 +119,22 @@ def train_one_epoch(
     generator: torch.Generator,
     augment: str = "none",
     progress_bar: bool = False,
+    weights: torch.Tensor | None = None,
+    example_losses: bool = False,
 ) -> EpochStats:
     """One pass over ``positions`` (indices into ``split``) in a random order.
 
     ``split`` should already be on the model's device; the order is drawn from ``generator``
-    on the CPU so that it is the same on any device.
+    on the CPU so that it is the same on any device. ``weights`` (N,) on the device, one per
+    training position, scale each example's loss (loss-aware pruning); ``example_losses``
+    returns each example's loss from its step.
     """
     model.train()
     device = split.x.device
     order = positions[torch.randperm(len(positions), generator=generator)].to(device)
     n_batches = math.ceil(len(order) / batch_size)
     losses = torch.zeros(n_batches, device=device)
+    per_example = torch.zeros(len(order), device=device) if example_losses else None
     correct = torch.zeros((), device=device, dtype=torch.long)
     start = time.perf_counter()
     bar = tqdm(
@@ -144,11 +153,19 @@ def train_one_epoch(
         for group in optimizer.param_groups:
             group["lr"] = lr
         logits = model(x)
-        loss = nn.functional.cross_entropy(logits, y)
+        if weights is None and per_example is None:
+            loss = nn.functional.cross_entropy(logits, y)
+            batch_loss = loss.detach() * len(idx)
+        else:
+            each = nn.functional.cross_entropy(logits, y, reduction="none")  # (B,)
+            loss = (each * weights[idx]).mean() if weights is not None else each.mean()
+            batch_loss = each.detach().sum()
+            if per_example is not None:
+                per_example[b * batch_size : b * batch_size + len(idx)] = each.detach()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        losses[b] = loss.detach() * len(idx)
+        losses[b] = batch_loss
         correct += (logits.detach().argmax(1) == y).sum()
         if (b + 1) % DIVERGENCE_CHECK_EVERY == 0 or b == n_batches - 1:
             _check_finite(losses[: b + 1], epoch, global_step)
@@ -156,7 +173,10 @@ def train_one_epoch(
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     n = len(order)
-    return EpochStats(float(losses.sum()) / n, int(correct) / n, n, n_batches, seconds, lr)
+    stats = EpochStats(float(losses.sum()) / n, int(correct) / n, n, n_batches, seconds, lr)
+    if per_example is not None:
+        stats.order, stats.losses = order.cpu(), per_example.cpu()
+    return stats
 
 
 def _check_finite(losses: torch.Tensor, epoch: int, first_step: int) -> None:

@@ -24,6 +24,7 @@ from models.growth import NAMED_SCHEDULES, final_spec, named_schedule
 from models.spec import resolve_spec
 from pipeline.cli import build_config, config_options, opt
 from pipeline.data import DataConfig, load_data
+from pipeline.plan import DynamicCurriculumConfig, growth_boundaries
 from pipeline.tracking import UpstreamError, code_version, flat_params, main_guard, scratch_dir, tracked_run
 
 ENTRY_POINT = "main"
@@ -192,6 +193,19 @@ class StepRunner:
         return run_id
 
 
+def static_curriculum(pacing: str, epochs: int) -> dict:
+    """Options that make a static run's curriculum the default dynamic run's: the same tier
+    boundaries (tied to the default schedule's growth) and the same pruning, so the curriculum
+    alone can be told apart from growth."""
+    if pacing == "none":
+        return {}
+    boundaries = growth_boundaries(named_schedule("default", epochs)) or []
+    return {
+        "tier_boundaries": ",".join(str(e) for e in boundaries),
+        "prune": DynamicCurriculumConfig().prune,
+    }
+
+
 def run(cfg: MainConfig) -> str:
     preset = resolve_preset(cfg)
     data_cfg = DataConfig(dataset=cfg.dataset, data_dir=cfg.data_dir, subset=preset.subset)
@@ -224,13 +238,30 @@ def run(cfg: MainConfig) -> str:
             # The matched static control: each distinct final architecture, trained from scratch.
             for final in {f.to_json(): f for f in finals.values()}.values():
                 for pacing, order in preset.static_curricula:
+                    data_plan = static_curriculum(pacing, preset.epochs)
                     training.append(
-                        step("train_static", **common, spec=final.to_json(), pacing=pacing, order=order)
+                        step(
+                            "train_static",
+                            **common,
+                            spec=final.to_json(),
+                            pacing=pacing,
+                            order=order,
+                            **data_plan,
+                        )
                     )
             for schedule in preset.schedules:
                 for pacing, order in preset.curricula:
+                    # Pruning belongs to the curriculum: without one, the run isolates growth.
+                    no_pruning = {"prune": 0.0} if pacing == "none" else {}
                     training.append(
-                        step("train_dynamic", **common, schedule=schedule, pacing=pacing, order=order)
+                        step(
+                            "train_dynamic",
+                            **common,
+                            schedule=schedule,
+                            pacing=pacing,
+                            order=order,
+                            **no_pruning,
+                        )
                     )
         evaluation = step("evaluate", runs=",".join(training))
         with scratch_dir() as tmp:

@@ -27,6 +27,7 @@ from pipeline.curriculum import Curriculum
 from pipeline.data import Data
 from pipeline.loop import pick_device, seed_everything
 from pipeline.plan import CurriculumConfig, growth_boundaries
+from pipeline.pruning import LossPruner, PruningError
 from pipeline.scores import load_scores
 from pipeline.tracking import UpstreamError, log_dataset, log_json, scratch_dir, tracked_run
 from pipeline.training import (
@@ -205,15 +206,18 @@ class CurriculumSetup:
     scores_run_id: str
     pacing: str
     order: str
+    pruner: LossPruner | None = None
 
     def tags(self) -> dict[str, str]:
         return {"scores_run_id": self.scores_run_id, "pacing": self.pacing, "order": self.order}
 
     def label(self) -> str:
-        """The curriculum's part of a run's variant name, e.g. ``+tiers`` or ``+tiers-random``."""
+        """The curriculum's part of a run's variant name, e.g. ``+tiers``, ``+tiers-random`` or
+        ``+tiers+prune0.3``."""
+        pruning = f"+prune{self.pruner.rate:g}" if self.pruner is not None else ""
         if self.pacing == "none":
-            return ""
-        return f"+{self.pacing}" + ("" if self.order == "curriculum" else f"-{self.order}")
+            return pruning
+        return f"+{self.pacing}" + ("" if self.order == "curriculum" else f"-{self.order}") + pruning
 
 
 def find_scores_run(data: Data) -> str:
@@ -253,7 +257,9 @@ def prepare_curriculum(
     run_id = table.run_id if table is not None else ""
     val_tiers = table.tiers_for(data.val, "val") if table is not None else None
     if not needs_scores:
-        return CurriculumSetup(None, val_tiers, run_id, "none", cfg.order)
+        return CurriculumSetup(
+            None, val_tiers, run_id, "none", cfg.order, make_pruner(cfg, train_cfg, None, len(data.train))
+        )
     boundaries = cfg.boundaries() or growth_boundaries(events)
     curriculum = Curriculum(
         table.scores_for(data.train, "train", cfg.difficulty_score),
@@ -266,4 +272,31 @@ def prepare_curriculum(
         boundaries=boundaries,
         eval_batch_size=train_cfg.eval_batch_size,
     ).validate(train_cfg.epochs)
-    return CurriculumSetup(curriculum, val_tiers, run_id, cfg.pacing, cfg.order)
+    pruner = make_pruner(cfg, train_cfg, curriculum, len(data.train))
+    return CurriculumSetup(curriculum, val_tiers, run_id, cfg.pacing, cfg.order, pruner)
+
+
+def make_pruner(
+    cfg: CurriculumConfig, train_cfg: TrainConfig, curriculum: Curriculum | None, n_train: int
+) -> LossPruner | None:
+    """The run's loss-aware pruning, or None with ``--prune 0``.
+
+    By default it starts when the tiers curriculum retires the easy examples: until then the
+    network is still learning the examples pruning would skip."""
+    if cfg.prune == 0:
+        return None
+    if cfg.prune_from < 0:
+        raise PruningError(f"--prune-from must be an epoch (0 for automatic), got {cfg.prune_from}")
+    start = cfg.prune_from
+    if start == 0:
+        boundaries = (
+            curriculum.boundaries if curriculum is not None and curriculum.pacing == "tiers" else None
+        )
+        start = max(1, boundaries[2]) if boundaries and len(boundaries) == 3 else 1
+    pruner = LossPruner(n_train, cfg.prune, cfg.prune_anneal, start, train_cfg.seed)
+    if not any(pruner.active(epoch, train_cfg.epochs) for epoch in range(train_cfg.epochs)):
+        raise PruningError(
+            f"--prune {cfg.prune:g} would prune no epoch: it starts at epoch {start} and "
+            f"--prune-anneal {cfg.prune_anneal:g} keeps the last epochs of {train_cfg.epochs} whole"
+        )
+    return pruner

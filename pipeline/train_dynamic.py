@@ -57,7 +57,7 @@ def run(
     run_cfg = run_cfg or RunConfig()
     data, start, events, final = prepare(data_cfg, train_cfg, growth_cfg)
     setup = prepare_curriculum(curriculum_cfg, data, train_cfg, events)
-    plan = ExperimentPlan(train_cfg, data, events, growth_cfg, setup.curriculum)
+    plan = ExperimentPlan(train_cfg, data, events, growth_cfg, setup.curriculum, setup.pruner)
     params = flat_params(data_cfg, train_cfg, growth_cfg, curriculum_cfg, run_cfg)
     tags = {
         "spec_name": start.name,

@@ -48,7 +48,7 @@ def run(
     run_cfg = run_cfg or RunConfig()
     data, spec = prepare(data_cfg, train_cfg, static_cfg)
     setup = prepare_curriculum(curriculum_cfg, data, train_cfg, events=[])
-    plan = ExperimentPlan(train_cfg, data, curriculum=setup.curriculum)
+    plan = ExperimentPlan(train_cfg, data, curriculum=setup.curriculum, pruner=setup.pruner)
     params = flat_params(data_cfg, train_cfg, static_cfg, curriculum_cfg, run_cfg)
     tags = {
         "spec_name": spec.name,

@@ -106,6 +106,17 @@ class TrainingPlan:
     def positions(self, epoch: int, model: SpecNet, data: Data) -> torch.Tensor:
         return torch.arange(len(data.train))
 
+    def example_weights(self, epoch: int) -> torch.Tensor | None:
+        """(N,) loss weight per training position for the epoch ``positions`` chose; None: all 1."""
+        return None
+
+    def wants_example_losses(self, epoch: int) -> bool:
+        """Whether ``record_losses`` should see each example's loss of this epoch."""
+        return False
+
+    def record_losses(self, order: torch.Tensor, losses: torch.Tensor) -> None:
+        """Each trained position (P,) and its loss (P,) in its step, when asked for."""
+
     def after_epoch(self, epoch: int, metrics: dict) -> None:
         """Sees each finished epoch's metrics (a plateau trigger decides here)."""
 
@@ -117,6 +128,13 @@ class TrainingPlan:
         return {}
 
     def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def tensor_state(self) -> dict[str, torch.Tensor]:
+        """State too large for JSON (per-example losses); checkpoints hold it as tensors."""
+        return {}
+
+    def load_tensor_state(self, state: dict[str, torch.Tensor]) -> None:
         pass
 
     def to_dict(self) -> dict:
@@ -211,6 +229,7 @@ def fit(
         state.model, state.optimizer = model, optimizer
         state.trace.events.extend(events)
         positions = plan.positions(epoch, state.model, data)
+        weights = plan.example_weights(epoch)
         stats = train_one_epoch(
             state.model,
             state.optimizer,
@@ -224,7 +243,11 @@ def fit(
             generator=state.generator,
             augment=cfg.augment,
             progress_bar=progress_bar,
+            weights=None if weights is None else weights.to(data.train.x.device),
+            example_losses=plan.wants_example_losses(epoch),
         )
+        if stats.losses is not None:
+            plan.record_losses(stats.order, stats.losses)
         val = evaluate(state.model, data.val, cfg.eval_batch_size)
         state.global_step += stats.steps
         state.cumulative_train_flops += flops["train"] * stats.examples
@@ -276,6 +299,7 @@ def checkpoint_dict(state: FitState, plan: TrainingPlan, cfg: TrainConfig) -> di
         "history": json.dumps(state.history),
         "trace": json.dumps(state.trace.to_dict()),
         "plan": json.dumps(plan.state_dict()),
+        "plan_tensors": plan.tensor_state(),
         "config": json.dumps(asdict(cfg)),
         "rng_torch": torch.get_rng_state(),
         "rng_data": state.generator.get_state(),
@@ -320,6 +344,7 @@ def load_checkpoint(path: Path, cfg: TrainConfig, plan: TrainingPlan, device: to
     optimizer = make_optimizer(model, cfg)
     optimizer.load_state_dict(ckpt["optimizer"])
     plan.load_state_dict(json.loads(ckpt["plan"]))
+    plan.load_tensor_state(ckpt.get("plan_tensors", {}))
     torch.set_rng_state(ckpt["rng_torch"])
     generator = torch.Generator()
     generator.set_state(ckpt["rng_data"])

@@ -26,6 +26,7 @@ from pipeline.curriculum import CurriculumError
 from pipeline.data import Data, DataConfig
 from pipeline.loop import DivergenceError, pick_device, seed_everything
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
+from pipeline.pruning import PruningError
 from pipeline.session import prepare_curriculum
 from pipeline.study import (
     ENTRY_POINT,
@@ -199,7 +200,7 @@ class Worker:
         try:
             final = search_space.check(candidate, self.start, train_cfg.epochs)
             setup = prepare_curriculum(curriculum_cfg, self.data, train_cfg, list(candidate.events))
-        except (GrowthError, CurriculumError) as err:  # never trained: say why, spend nothing
+        except (GrowthError, CurriculumError, PruningError) as err:  # never trained: say why, spend nothing
             reason = one_line(err)
             trial.set_user_attr(study_report.ATTR_INVALID, reason)
             run.set_tags({"invalid_reason": reason})
@@ -208,7 +209,9 @@ class Worker:
         run.set_tags(
             {"final_spec": final.to_json(), "final_arch": search_space.describe(final), **setup.tags()}
         )
-        plan = ExperimentPlan(train_cfg, self.on_device, list(candidate.events), growth_cfg, setup.curriculum)
+        plan = ExperimentPlan(
+            train_cfg, self.on_device, list(candidate.events), growth_cfg, setup.curriculum, setup.pruner
+        )
         seed_everything(train_cfg.seed, train_cfg.deterministic)
         state = new_state(self.start, train_cfg, self.device)
         val_tiers = setup.val_tiers

@@ -7,8 +7,8 @@ Side by side in one process, per seed:
 - ``static``: train_static on the dynamic run's final architecture for the same epochs, on all
   the data every epoch (the matched baseline the targets are measured against);
 - ``dynamic``: train_dynamic (``--schedule``, tiers curriculum with its growth-tied boundaries);
-- ``curriculum``: train_static with the dynamic run's curriculum and tier boundaries: the data
-  order alone, without growth, so the two halves of the idea can be told apart;
+- ``curriculum``: train_static with the dynamic run's curriculum, tier boundaries and pruning:
+  the data side alone, without growth, so the two halves of the idea can be told apart;
 - ``same_time``: train_static with its epochs cut so that it gets the dynamic run's wall-clock
   (its cosine schedule fitted to those epochs: a fair "same budget" control).
 
@@ -99,7 +99,9 @@ def main(
             data_cfg,
             train,
             final_static,
-            CurriculumConfig(scores_run=scores, pacing="tiers", tier_boundaries=boundaries),
+            CurriculumConfig(
+                scores_run=scores, pacing="tiers", tier_boundaries=boundaries, prune=tiers.prune
+            ),
             quiet,
         )
         s_acc, s_time = _final(static)
@@ -139,6 +141,7 @@ def main(
         "subset": subset,
         "schedule": schedule,
         "tier_boundaries": boundaries,
+        "prune": DynamicCurriculumConfig().prune,
         "scores_run": scores,
         "runs": rows,
         "time_ratio": ratio,

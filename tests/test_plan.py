@@ -11,6 +11,7 @@ from models.spec import resolve_spec
 from pipeline.curriculum import Curriculum
 from pipeline.loop import seed_everything
 from pipeline.plan import ExperimentPlan, GrowthConfig, growth_boundaries
+from pipeline.pruning import LossPruner
 from pipeline.training import TrainConfig, fit, load_checkpoint, new_state, save_checkpoint
 
 CFG = TrainConfig(epochs=4, batch_size=100, deterministic=True, seed=3)
@@ -85,3 +86,31 @@ def test_tiers_are_worked_through_before_the_first_growth_and_easy_ones_retire_a
     assert growth_boundaries(parse_schedule("9:conv(8);6:pool", 12)) == [2, 4, 6]  # the earliest event
     assert growth_boundaries(parse_schedule("1:conv(8)", 12)) == [0, 0, 1]  # no room: all data at once
     assert growth_boundaries([]) is None
+
+
+def test_a_pruned_run_resumes_exactly_and_trains_on_fewer_examples(small_data, tmp_path):
+    def plan():
+        pruner = LossPruner(len(small_data.train), rate=0.5, anneal=0.25, start=1, seed=CFG.seed)
+        return ExperimentPlan(
+            CFG, small_data, parse_schedule(SCHEDULE, CFG.epochs), GrowthConfig(), pruner=pruner
+        )
+
+    whole = fit(_fresh(small_data), small_data, CFG, plan())
+    path = tmp_path / "p.pt"
+
+    def checkpoint_then_crash(state, fit_plan):
+        save_checkpoint(path, state, fit_plan, CFG)
+        if state.epoch == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(_fresh(small_data), small_data, CFG, plan(), checkpoint=checkpoint_then_crash)
+    resumed_plan = plan()
+    resumed = fit(
+        load_checkpoint(path, CFG, resumed_plan, torch.device("cpu")), small_data, CFG, resumed_plan
+    )
+    keys = ("train/loss", "val/loss", "val/acc", "train/examples", "curriculum/pruned_share")
+    assert [[h[k] for k in keys] for h in resumed.history] == [[h[k] for k in keys] for h in whole.history]
+    examples = [h["train/examples"] for h in whole.history]
+    assert examples[0] == examples[3] == len(small_data.train)  # before the start, and the annealed tail
+    assert all(n < len(small_data.train) for n in examples[1:3])
