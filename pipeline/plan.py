@@ -53,7 +53,9 @@ class CurriculumConfig:
     )
     prune_anneal: float = opt(0.125, "final fraction of training that trains on every chosen example")
     prune_from: int = opt(
-        0, "first epoch that prunes; 0: when the easy examples retire (tiers pacing), else epoch 1"
+        0,
+        "first epoch that prunes; 0: when the easy examples retire (tiers pacing), else 1; "
+        "no pruning if that leaves no epoch before the annealing tail",
     )
 
     def boundaries(self) -> list[int] | None:

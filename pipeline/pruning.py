@@ -49,9 +49,13 @@ class LossPruner:
         self.last_loss = torch.full((n,), math.inf)  # (N,) per training position; inf: not yet seen
         self.pruned_share = 0.0  # of the last selected epoch's chosen positions
 
+    def first_annealed(self, epochs: int) -> int:
+        """The first epoch of the annealing tail, which trains on every chosen example."""
+        return math.ceil(epochs * (1 - self.anneal) - 1e-9)
+
     def active(self, epoch: int, epochs: int) -> bool:
         """Whether ``epoch`` prunes: from ``start`` up to the annealing tail."""
-        return self.rate > 0 and self.start <= epoch < epochs * (1 - self.anneal) - 1e-9
+        return self.rate > 0 and self.start <= epoch < self.first_annealed(epochs)
 
     def needs_losses(self, epoch: int, epochs: int) -> bool:
         """Whether the losses of ``epoch`` matter: only when the next epoch prunes."""

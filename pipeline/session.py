@@ -281,8 +281,11 @@ def make_pruner(
 ) -> LossPruner | None:
     """The run's loss-aware pruning, or None with ``--prune 0``.
 
-    By default it starts when the tiers curriculum retires the easy examples: until then the
-    network is still learning the examples pruning would skip."""
+    By default (``--prune-from 0``) it starts when the tiers curriculum retires the easy
+    examples: until then the network is still learning the examples pruning would skip. When
+    they retire so late that the annealing tail leaves no epoch to prune, the run does not
+    prune (its plan.json says ``"pruning": null``); a ``--prune-from`` that prunes no epoch is
+    an error."""
     if cfg.prune == 0:
         return None
     if cfg.prune_from < 0:
@@ -295,8 +298,10 @@ def make_pruner(
         start = max(1, boundaries[2]) if boundaries and len(boundaries) == 3 else 1
     pruner = LossPruner(n_train, cfg.prune, cfg.prune_anneal, start, train_cfg.seed)
     if not any(pruner.active(epoch, train_cfg.epochs) for epoch in range(train_cfg.epochs)):
+        if cfg.prune_from == 0:
+            return None
         raise PruningError(
-            f"--prune {cfg.prune:g} would prune no epoch: it starts at epoch {start} and "
-            f"--prune-anneal {cfg.prune_anneal:g} keeps the last epochs of {train_cfg.epochs} whole"
+            f"--prune-from {start} prunes no epoch: --prune-anneal {cfg.prune_anneal:g} keeps "
+            f"the epochs from {pruner.first_annealed(train_cfg.epochs)} of {train_cfg.epochs} whole"
         )
     return pruner

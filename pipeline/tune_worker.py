@@ -144,6 +144,8 @@ class Worker:
             pacing_a=unused.pacing_a if candidate.pacing_a is None else candidate.pacing_a,
             pacing_b=unused.pacing_b if candidate.pacing_b is None else candidate.pacing_b,
             difficulty_score=self.space_cfg.difficulty_score,
+            # Pruning belongs to the curriculum (as in main): without one, a trial is growth alone.
+            prune=0.0 if candidate.pacing == "none" else unused.prune,
         )
         return train, growth, curriculum
 

@@ -124,8 +124,11 @@ def test_pruning_starts_when_the_easy_examples_retire_unless_told_otherwise():
     assert told.start == 5
 
 
-def test_a_pruning_that_would_never_prune_is_refused():
-    with pytest.raises(PruningError, match="would prune no epoch"):
-        make_pruner(CurriculumConfig(prune=0.3, prune_from=11), TrainConfig(epochs=12), None, N)
+def test_a_pruning_that_would_never_prune_is_refused_unless_it_was_left_automatic():
+    train = TrainConfig(epochs=12)
+    with pytest.raises(PruningError, match="--prune-from 11 prunes no epoch: .* from 11 of 12 whole"):
+        make_pruner(CurriculumConfig(prune=0.3, prune_from=11), train, None, N)
     with pytest.raises(PruningError, match="--prune-from"):
-        make_pruner(CurriculumConfig(prune=0.3, prune_from=-1), TrainConfig(epochs=12), None, N)
+        make_pruner(CurriculumConfig(prune=0.3, prune_from=-1), train, None, N)
+    # Easy examples retiring in the annealing tail: nothing is left to prune, so no pruner.
+    assert make_pruner(CurriculumConfig(prune=0.3), train, _tiers_curriculum([3, 6, 11]), N) is None
