@@ -39,17 +39,35 @@ def _runs(entry_point: str):
 def test_train_dynamic_through_mlflow_run_grows_and_follows_the_curriculum(tracking, tmp_path):
     scored = _python(tracking, "pipeline.score_difficulty", *DATA, "--folds", "2", "--epochs", "1")
     assert scored.returncode == 0, scored.stderr[-3000:]
-    result = mlflow_run(tracking, "train_dynamic", "subset=2000", "epochs=5", "progress=false")
+    # 12 epochs: the default schedule grows at epoch 3, so epochs 0-2 walk through the tiers.
+    result = mlflow_run(tracking, "train_dynamic", "subset=2000", "epochs=12", "progress=false")
     assert result.returncode == 0, result.stderr[-3000:]
     run = _runs("train_dynamic")[0]
     assert run.info.status == "FINISHED"
-    assert run.data.tags["variant"] == "dynamic-default+tiers"
+    assert run.data.tags["variant"] == "dynamic-default+tiers+prune0.3"
     assert run.data.tags["scores_run_id"] == _runs("score_difficulty")[0].info.run_id
     client = mlflow.MlflowClient()
     examples = [m.value for m in client.get_metric_history(run.info.run_id, "train/examples")]
     params = [m.value for m in client.get_metric_history(run.info.run_id, "model/params")]
-    assert examples[0] < examples[-1] == 2000  # easy examples first, all data at the end
-    assert len(set(params)) > 1  # the model grew
+    assert params[2] < params[3] == params[-1]  # the model grew once, at epoch 3
+    local = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, dst_path=str(tmp_path)))
+    plan = json.loads((local / "plan.json").read_text())
+    schedule = plan["curriculum_schedule"]
+    assert [row["tiers_present"] for row in schedule[:4]] == [
+        "easy",
+        "easy+medium",
+        "easy+medium+hard",
+        "medium+hard",  # the easy examples retire at the growth
+    ]
+    assert {row["tiers_present"] for row in schedule[3:]} == {"medium+hard"}
+    counts = [row["count"] for row in schedule]
+    assert counts[0] < counts[1] < counts[2] == 2000
+    # Pruning (0.3 from the retirement on) trains on fewer examples than the curriculum offers,
+    # except in the annealing tail, the last epoch, which uses them all.
+    assert plan["pruning"]["start"] == 3
+    assert examples[:3] == counts[:3]
+    assert all(used < offered for used, offered in zip(examples[3:-1], counts[3:-1]))
+    assert examples[-1] == counts[-1]
     for key in (
         "val/acc_easy",
         "val/acc_medium",
@@ -60,14 +78,11 @@ def test_train_dynamic_through_mlflow_run_grows_and_follows_the_curriculum(track
         "time/cumulative_s",
     ):
         assert key in run.data.metrics, key
-    local = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, dst_path=str(tmp_path)))
     trace = json.loads((local / "architecture_trace.json").read_text())
-    assert len(trace["events"]) == 4 and len(trace["epochs"]) == 5
+    assert len(trace["events"]) == 3 and len(trace["epochs"]) == 12
     assert {"probe_loss_before", "probe_acc_after", "flops_before", "flops_after", "seconds"} <= trace[
         "events"
     ][0].keys()
-    plan = json.loads((local / "plan.json").read_text())
-    assert [row["count"] for row in plan["curriculum_schedule"]][-1] == 2000
     assert (local / "architecture_evolution.png").stat().st_size > 0
     model = load_model(local / "model" / "model.safetensors")
     assert model.spec.layers == ArchSpec.from_dict(json.loads(run.data.tags["final_spec"])).layers
