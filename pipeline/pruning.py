@@ -39,13 +39,11 @@ class LossPruner:
             raise PruningError(
                 f"--prune-from {start}: pruning needs the losses of an earlier epoch, so 1 at the earliest"
             )
-        self.n, self.rate, self.anneal, self.start, self.seed = (
-            n,
-            float(rate),
-            float(anneal),
-            int(start),
-            seed,
-        )
+        self.n = n
+        self.rate = float(rate)
+        self.anneal = float(anneal)
+        self.start = int(start)
+        self.seed = seed
         self.last_loss = torch.full((n,), math.inf)  # (N,) per training position; inf: not yet seen
         self.pruned_share = 0.0  # of the last selected epoch's chosen positions
 
