@@ -24,7 +24,7 @@ from models.growth import NAMED_SCHEDULES, final_spec, named_schedule
 from models.spec import resolve_spec
 from pipeline.cli import build_config, config_options, opt
 from pipeline.data import DataConfig, load_data
-from pipeline.plan import DynamicCurriculumConfig, growth_boundaries
+from pipeline.plan import curriculum_pruning, growth_boundaries
 from pipeline.tracking import UpstreamError, code_version, flat_params, main_guard, scratch_dir, tracked_run
 
 ENTRY_POINT = "main"
@@ -202,7 +202,7 @@ def static_curriculum(pacing: str, epochs: int) -> dict:
     boundaries = growth_boundaries(named_schedule("default", epochs)) or []
     return {
         "tier_boundaries": ",".join(str(e) for e in boundaries),
-        "prune": DynamicCurriculumConfig().prune,
+        "prune": curriculum_pruning(pacing),
     }
 
 
@@ -251,8 +251,6 @@ def run(cfg: MainConfig) -> str:
                     )
             for schedule in preset.schedules:
                 for pacing, order in preset.curricula:
-                    # Pruning belongs to the curriculum: without one, the run isolates growth.
-                    no_pruning = {"prune": 0.0} if pacing == "none" else {}
                     training.append(
                         step(
                             "train_dynamic",
@@ -260,7 +258,7 @@ def run(cfg: MainConfig) -> str:
                             schedule=schedule,
                             pacing=pacing,
                             order=order,
-                            **no_pruning,
+                            prune=curriculum_pruning(pacing),
                         )
                     )
         evaluation = step("evaluate", runs=",".join(training))

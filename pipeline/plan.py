@@ -29,6 +29,10 @@ from pipeline.data import Data
 from pipeline.pruning import LossPruner
 from pipeline.training import TrainConfig, TrainingPlan, rebuild_optimizer
 
+PRUNE_HELP = (
+    "loss-aware pruning (InfoBatch): share of the well-learned examples (loss below the mean) "
+    "left out each epoch, the rest weighted up; 0: off"
+)
 PROBE_SIZE = 512  # validation examples of the fixed probe batch that measures growth jumps
 GROW_ON = ("schedule", "plateau")
 
@@ -46,11 +50,7 @@ class CurriculumConfig:
     )
     difficulty_score: str = opt("loss", "scores-table column that orders examples by difficulty")
     curriculum_seed: int = opt(0, "seed of the random-order control")
-    prune: float = opt(
-        0.0,
-        "loss-aware pruning (InfoBatch): share of the well-learned examples (loss below the mean) "
-        "left out each epoch, the rest weighted up; 0: off",
-    )
+    prune: float = opt(0.0, PRUNE_HELP)
     prune_anneal: float = opt(0.125, "final fraction of training that trains on every chosen example")
     prune_from: int = opt(
         0,
@@ -77,11 +77,13 @@ class DynamicCurriculumConfig(CurriculumConfig):
     # Fashion-MNIST with the default schedule it ended as accurate as no pruning (seeds 0/1/2:
     # 0.9322/0.9260/0.9302 against 0.9318/0.9260/0.9304) in 0.90x the wall-clock.
     pacing: str = opt("tiers", "none, tiers, linear, quad, root, step, exp, log or self-paced")
-    prune: float = opt(
-        0.3,
-        "loss-aware pruning (InfoBatch): share of the well-learned examples (loss below the mean) "
-        "left out each epoch, the rest weighted up; 0: off",
-    )
+    prune: float = opt(0.3, PRUNE_HELP)
+
+
+def curriculum_pruning(pacing: str) -> float:
+    """The default dynamic run's pruning rate for a run with ``pacing``: pruning belongs to the
+    curriculum, so a run without one (``none``) prunes nothing and isolates growth."""
+    return 0.0 if pacing == "none" else DynamicCurriculumConfig().prune
 
 
 @dataclass(frozen=True)

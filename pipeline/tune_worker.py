@@ -25,7 +25,7 @@ from pipeline import search_space, study_report
 from pipeline.curriculum import CurriculumError
 from pipeline.data import Data, DataConfig
 from pipeline.loop import DivergenceError, pick_device, seed_everything
-from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
+from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig, curriculum_pruning
 from pipeline.pruning import PruningError
 from pipeline.session import prepare_curriculum
 from pipeline.study import (
@@ -144,8 +144,7 @@ class Worker:
             pacing_a=unused.pacing_a if candidate.pacing_a is None else candidate.pacing_a,
             pacing_b=unused.pacing_b if candidate.pacing_b is None else candidate.pacing_b,
             difficulty_score=self.space_cfg.difficulty_score,
-            # Pruning belongs to the curriculum (as in main): without one, a trial is growth alone.
-            prune=0.0 if candidate.pacing == "none" else unused.prune,
+            prune=curriculum_pruning(candidate.pacing),
         )
         return train, growth, curriculum
 

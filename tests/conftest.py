@@ -1,4 +1,5 @@
-"""Shared fixtures: a temporary MLflow store per test, and small real data subsets."""
+"""Shared fixtures: a temporary MLflow store per test, and small real data subsets; and the
+interrupt-then-resume routine the resume tests share."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from pathlib import Path
 
 import mlflow
 import pytest
+import torch
 
 from pipeline.data import DataConfig, load_data
+from pipeline.training import fit, load_checkpoint, save_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,3 +60,19 @@ def subprocess_env(tracking_uri: str) -> dict[str, str]:
     # `mlflow run --env-manager local` runs `python -m ...` from PATH: make that the venv's.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return env
+
+
+def interrupted_then_resumed(fresh, data, cfg, make_plan, path: Path, crash_after: int = 2):
+    """Fit ``fresh()`` under ``make_plan()`` with a checkpoint at ``path`` after every epoch,
+    interrupt it after epoch ``crash_after``, and resume from that checkpoint with a new plan
+    to the end; returns the resumed run's final state."""
+
+    def checkpoint_then_crash(state, plan):
+        save_checkpoint(path, state, plan, cfg)
+        if state.epoch == crash_after:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(fresh(), data, cfg, make_plan(), checkpoint=checkpoint_then_crash)
+    plan = make_plan()
+    return fit(load_checkpoint(path, cfg, plan, torch.device("cpu")), data, cfg, plan)

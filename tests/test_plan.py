@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from models.builder import build_model
@@ -12,7 +11,8 @@ from pipeline.curriculum import Curriculum
 from pipeline.loop import seed_everything
 from pipeline.plan import ExperimentPlan, GrowthConfig, growth_boundaries
 from pipeline.pruning import LossPruner
-from pipeline.training import TrainConfig, fit, load_checkpoint, new_state, save_checkpoint
+from pipeline.training import TrainConfig, fit, new_state
+from tests.conftest import interrupted_then_resumed
 
 CFG = TrainConfig(epochs=4, batch_size=100, deterministic=True, seed=3)
 SCHEDULE = "1:conv(16)@after:pool1;2:residual;3:dropout(0.2)"
@@ -56,23 +56,13 @@ def test_growth_during_fit_reaches_the_final_spec_with_every_parameter_optimised
 
 def test_dynamic_run_with_curriculum_resumes_exactly(small_data, tmp_path):
     whole = fit(_fresh(small_data), small_data, CFG, _plan(small_data, _curriculum(small_data)))
-    path = tmp_path / "c.pt"
-
-    def checkpoint_then_crash(state, plan):
-        save_checkpoint(path, state, plan, CFG)
-        if state.epoch == 2:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        fit(
-            _fresh(small_data),
-            small_data,
-            CFG,
-            _plan(small_data, _curriculum(small_data)),
-            checkpoint=checkpoint_then_crash,
-        )
-    plan = _plan(small_data, _curriculum(small_data))
-    resumed = fit(load_checkpoint(path, CFG, plan, torch.device("cpu")), small_data, CFG, plan)
+    resumed = interrupted_then_resumed(
+        lambda: _fresh(small_data),
+        small_data,
+        CFG,
+        lambda: _plan(small_data, _curriculum(small_data)),
+        tmp_path / "c.pt",
+    )
     keys = ("train/loss", "val/loss", "val/acc", "train/examples", "model/params")
     assert [[h[k] for k in keys] for h in resumed.history] == [[h[k] for k in keys] for h in whole.history]
     assert [h["train/examples"] for h in whole.history] == [667, 1334, 2000, 2000]
@@ -96,19 +86,7 @@ def test_a_pruned_run_resumes_exactly_and_trains_on_fewer_examples(small_data, t
         )
 
     whole = fit(_fresh(small_data), small_data, CFG, plan())
-    path = tmp_path / "p.pt"
-
-    def checkpoint_then_crash(state, fit_plan):
-        save_checkpoint(path, state, fit_plan, CFG)
-        if state.epoch == 2:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        fit(_fresh(small_data), small_data, CFG, plan(), checkpoint=checkpoint_then_crash)
-    resumed_plan = plan()
-    resumed = fit(
-        load_checkpoint(path, CFG, resumed_plan, torch.device("cpu")), small_data, CFG, resumed_plan
-    )
+    resumed = interrupted_then_resumed(lambda: _fresh(small_data), small_data, CFG, plan, tmp_path / "p.pt")
     keys = ("train/loss", "val/loss", "val/acc", "train/examples", "curriculum/pruned_share")
     assert [[h[k] for k in keys] for h in resumed.history] == [[h[k] for k in keys] for h in whole.history]
     examples = [h["train/examples"] for h in whole.history]

@@ -14,10 +14,9 @@ from pipeline.training import (
     TrainConfig,
     TrainingPlan,
     fit,
-    load_checkpoint,
     new_state,
-    save_checkpoint,
 )
+from tests.conftest import interrupted_then_resumed
 
 CFG = TrainConfig(epochs=3, batch_size=64, deterministic=True, seed=7)
 
@@ -36,23 +35,8 @@ def test_same_seed_same_metrics(small_data):
 
 def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(small_data, tmp_path):
     whole = fit(_fresh(small_data), small_data, CFG, TrainingPlan())
-    path = tmp_path / "c.pt"
-
-    def checkpoint_then_crash_after_two_epochs(state, plan):
-        save_checkpoint(path, state, plan, CFG)
-        if state.epoch == 2:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        fit(
-            _fresh(small_data),
-            small_data,
-            CFG,
-            TrainingPlan(),
-            checkpoint=checkpoint_then_crash_after_two_epochs,
-        )
-    resumed = fit(
-        load_checkpoint(path, CFG, TrainingPlan(), torch.device("cpu")), small_data, CFG, TrainingPlan()
+    resumed = interrupted_then_resumed(
+        lambda: _fresh(small_data), small_data, CFG, TrainingPlan, tmp_path / "c.pt"
     )
     keys = ("train/loss", "val/loss", "val/acc", "train/lr")
     assert [[h[k] for k in keys] for h in resumed.history] == [[h[k] for k in keys] for h in whole.history]
