@@ -6,11 +6,16 @@ with the same final architecture, over seeds, with intervals and paired tests.
 returns and writes ``comparison.csv``, ``paired.csv``, ``report.md``, a self-contained
 ``report.html`` and three figures into a folder.
 
-Runs are grouped by ``variant`` tag and final architecture. A group's baseline is the group of
-variant ``static`` (entry point ``train_static``, no curriculum) whose ``final_spec`` equals
-the group's, compared as architectures: the spec's ``name`` is ignored, because a grown network
-is named after its start spec while a static one is named after itself. Pairs are formed by
-seed; several runs of one seed in one group are averaged into one value.
+Runs are first split into *settings*: runs are comparable only when every parameter named in
+``COMPARABILITY_KEYS`` (the data digest, subset, validation size, split seed, epochs or budget,
+precision) is equal; a run without one of them counts it as "". Within a setting, runs are
+grouped by ``variant`` tag and final architecture. A group's baseline is the group of variant
+``static`` (entry point ``train_static``, no curriculum) of the same setting whose
+``final_spec`` equals the group's, compared as architectures: the spec's ``name`` is ignored,
+because a grown network is named after its start spec while a static one is named after
+itself. Pairs are formed by seed; several runs of one seed in one group are averaged into one
+value. A group whose static twin exists only in another setting is reported unpaired, with the
+parameters that differ.
 """
 
 from __future__ import annotations
@@ -45,6 +50,21 @@ BASELINE_ENTRY_POINT = "train_static"
 TARGET_FRACTION = 0.99  # default target: 99% of the baseline's mean final validation accuracy
 TIME_TO_TARGET = "time/to_target_s"  # computed here from history.csv, not logged by training
 
+# The parameters that must be equal for two runs to be compared or averaged: the data (its
+# digest covers dataset, subset, validation size and split seed; the others are spelled out so
+# that the report can say which differ), the training length, and the arithmetic. Extend here.
+COMPARABILITY_KEYS = (
+    "dataset",
+    "data_digest",
+    "subset",
+    "val_size",
+    "split_seed",
+    "epochs",
+    "budget",
+    "budget_resolved",
+    "precision",
+)
+
 TIERS = {"test/acc": "all", "test/acc_easy": "easy", "test/acc_medium": "medium", "test/acc_hard": "hard"}
 
 
@@ -71,9 +91,9 @@ COST_METRICS = ("time/total_s", TIME_TO_TARGET, "train/flops_cumulative", "test/
 
 # fmt: off
 COMPARISON_COLUMNS = [
-    "group", "variant", "entry_point", "final_spec_id", "metric", "n", "mean", "std", "ci_low", "ci_high",
-    "baseline", "n_pairs", "mean_diff", "diff_ci_low", "diff_ci_high", "t_stat", "p_t", "p_wilcoxon",
-    "within_noise", "ratio_to_baseline", "target_acc", "note",
+    "group", "setting", "variant", "entry_point", "final_spec_id", "metric", "n", "mean", "std", "ci_low",
+    "ci_high", "baseline", "n_pairs", "mean_diff", "diff_ci_low", "diff_ci_high", "t_stat", "p_t",
+    "p_wilcoxon", "within_noise", "ratio_to_baseline", "target_acc", "note",
 ]
 PAIRED_COLUMNS = [
     "group", "baseline", "metric", "seed", "run_ids", "baseline_run_ids", "value", "baseline_value", "diff",
@@ -112,7 +132,8 @@ def collect_runs(
     """Tags, params, metrics and the history and growth events of each training run.
 
     Returns ``runs_df`` (one row per run: run_id, run_name, entry_point, variant, seed (nullable
-    int), final_spec, status, and every metric under its own name, at its last step),
+    int), final_spec, status, setting (the ``COMPARABILITY_KEYS`` params as canonical JSON), and
+    every metric under its own name, at its last step),
     ``histories`` (run id -> per-epoch history, only for runs that logged ``history.csv``) and
     ``events`` (run id -> growth events from ``architecture_trace.json``; [] when none).
     """
@@ -134,6 +155,7 @@ def collect_runs(
                     "seed": _int_or_none(params.get("seed")),
                     "final_spec": tags.get("final_spec", ""),
                     "status": run.info.status,
+                    "setting": setting_of(params),
                     **run.data.metrics,
                 }
             )
@@ -150,11 +172,26 @@ def collect_runs(
                     Path(client.download_artifacts(run_id, TRACE_ARTIFACT, str(dest))).read_text()
                 )
                 events[run_id] = list(trace.get("events", []))
-    base = ["run_id", "run_name", "entry_point", "variant", "seed", "final_spec", "status"]
+    base = ["run_id", "run_name", "entry_point", "variant", "seed", "final_spec", "status", "setting"]
     runs_df = pd.DataFrame(rows, columns=None if rows else base)
     runs_df = runs_df[base + sorted(c for c in runs_df.columns if c not in base)]
     runs_df["seed"] = runs_df["seed"].astype("Int64")
     return runs_df, histories, events
+
+
+def setting_of(params: dict[str, str]) -> str:
+    """The run's ``COMPARABILITY_KEYS`` params as canonical JSON; a missing one is "".
+
+    Numbers are compared as numbers (``mlflow run`` may log ``6.0`` where the CLI logs ``6``)."""
+    return json.dumps({key: _canonical(params.get(key, "")) for key in COMPARABILITY_KEYS})
+
+
+def _canonical(value: str) -> str:
+    text = str(value).strip().strip("'")
+    if not re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?", text):  # not a number (digests, names)
+        return text
+    number = float(text)
+    return str(int(number)) if number.is_integer() else repr(number)
 
 
 def _int_or_none(value: str | None) -> int | None:
@@ -191,7 +228,10 @@ class Group:
     entry_point: str
     spec_key: str
     runs: pd.DataFrame  # the group's rows of runs_df, with a ``unit`` column (seed or run)
+    setting: str = ""  # setting_of(params): runs of different settings are never compared
+    setting_label: str = ""  # the setting's values that differ from the other settings' ('' if one)
     baseline: Group | None = None
+    unmatched: str = ""  # why there is no baseline, when there is none
     target: float = math.nan  # target validation accuracy for time-to-target
     target_note: str = ""
     curves: int = 0  # runs with a validation curve in history.csv, for time-to-target
@@ -220,7 +260,9 @@ class Group:
 
 def _make_groups(runs_df: pd.DataFrame, histories: dict, target_acc: float | None) -> list[Group]:
     runs = runs_df.copy()
-    for col in ("entry_point", "variant", "final_spec"):
+    if "setting" not in runs.columns:
+        runs["setting"] = setting_of({})
+    for col in ("entry_point", "variant", "final_spec", "setting"):
         runs[col] = runs[col].fillna("").astype(str)
     runs["variant"] = runs["variant"].replace("", "(no variant tag)")
     runs["spec_key"] = runs["final_spec"].map(spec_key)
@@ -231,24 +273,35 @@ def _make_groups(runs_df: pd.DataFrame, histories: dict, target_acc: float | Non
     final_val = [_final_val_acc(row, histories.get(row["run_id"])) for _, row in runs.iterrows()]
     runs["val/acc"] = final_val
 
+    settings = setting_labels(runs["setting"].unique())
     groups = []
-    keys = runs[["variant", "entry_point", "spec_key"]].drop_duplicates().itertuples(index=False)
-    for variant, entry_point, key in keys:
+    columns = ["setting", "variant", "entry_point", "spec_key"]
+    for setting, variant, entry_point, key in runs[columns].drop_duplicates().itertuples(index=False):
         rows = runs[
-            (runs["variant"] == variant) & (runs["entry_point"] == entry_point) & (runs["spec_key"] == key)
+            (runs["setting"] == setting)
+            & (runs["variant"] == variant)
+            & (runs["entry_point"] == entry_point)
+            & (runs["spec_key"] == key)
         ]
-        groups.append(Group(variant, variant, entry_point, key, rows.reset_index(drop=True)))
-    # Several groups under one variant (e.g. static runs of two architectures): name the spec.
-    counts = pd.Series([g.variant for g in groups]).value_counts()
+        groups.append(
+            Group(variant, variant, entry_point, key, rows.reset_index(drop=True), setting, settings[setting])
+        )
+    # Several groups under one variant in one setting (e.g. static runs of two architectures):
+    # name the spec; several settings: name the setting too, so no label stands for two.
+    counts = pd.Series([(g.setting, g.variant) for g in groups]).value_counts()
     for g in groups:
-        if counts[g.variant] > 1:
+        if counts[(g.setting, g.variant)] > 1:
             g.label = f"{g.variant} [{g.spec_id}]"
-    groups.sort(key=lambda g: (not g.is_baseline, g.label))
+        if g.setting_label:
+            g.label = f"{g.label} ({g.setting_label})"
+    groups.sort(key=lambda g: (g.setting_label, not g.is_baseline, g.label))
 
-    baselines = {g.spec_key: g for g in groups if g.is_baseline}
+    baselines = {(g.setting, g.spec_key): g for g in groups if g.is_baseline}
     for g in groups:
-        base = baselines.get(g.spec_key) if g.spec_key else None
+        base = baselines.get((g.setting, g.spec_key)) if g.spec_key else None
         g.baseline = base if base is not g else None
+        if g.baseline is None and not g.is_baseline:
+            g.unmatched = _why_unmatched(g, [b for b in baselines.values() if b.spec_key == g.spec_key])
         ref = base or (g if g.is_baseline else None)
         if target_acc is not None:
             g.target, g.target_note = float(target_acc), "given"
@@ -266,6 +319,36 @@ def _make_groups(runs_df: pd.DataFrame, histories: dict, target_acc: float | Non
             time_to_target(histories[r], g.target) if r in with_curve else math.nan for r in g.runs["run_id"]
         ]
     return groups
+
+
+def setting_labels(settings: Iterable[str]) -> dict[str, str]:
+    """A short name per setting: the values in which it differs from the others ('' if alone)."""
+    parsed = {s: json.loads(s) for s in settings}
+    if len(parsed) < 2:
+        return dict.fromkeys(parsed, "")
+    differ = [k for k in COMPARABILITY_KEYS if len({p.get(k, "") for p in parsed.values()}) > 1]
+    # The digest only when nothing readable tells the settings apart.
+    shown = [k for k in differ if k != "data_digest"] or differ
+    return {s: ", ".join(f"{k} {p.get(k, '') or '-'}" for k in shown) for s, p in parsed.items()}
+
+
+def _why_unmatched(g: Group, elsewhere: list[Group]) -> str:
+    """Why ``g`` has no static baseline: none of its architecture, or only in other settings."""
+    if not g.spec_key:
+        return "its runs have no final_spec tag"
+    if not elsewhere:
+        return f"no static run with its final architecture {g.spec_id}"
+    mine = json.loads(g.setting)
+    reasons = []
+    for base in elsewhere:
+        theirs = json.loads(base.setting)
+        differ = [
+            f"{k} {mine.get(k, '') or '-'} vs {theirs.get(k, '') or '-'}"
+            for k in COMPARABILITY_KEYS
+            if mine.get(k, "") != theirs.get(k, "")
+        ]
+        reasons.append(f"{base.label} differs in {', '.join(differ)}")
+    return f"static runs of its architecture {g.spec_id} are not comparable: " + "; ".join(reasons)
 
 
 def _has_curve(history: pd.DataFrame | None) -> bool:
@@ -297,6 +380,7 @@ def _comparison_rows(groups: list[Group]) -> tuple[list[dict], list[dict]]:
             values = g.per_unit(metric)
             row = {
                 "group": g.label,
+                "setting": g.setting_label,
                 "variant": g.variant,
                 "entry_point": g.entry_point,
                 "final_spec_id": g.spec_id,
@@ -317,7 +401,7 @@ def _comparison_rows(groups: list[Group]) -> tuple[list[dict], list[dict]]:
             if g.is_baseline:
                 notes.append("baseline")
             elif g.baseline is None:
-                notes.append("no matched static baseline")
+                notes.append(f"no matched static baseline: {g.unmatched}")
             else:
                 base_values = g.baseline.per_unit(metric)
                 both = pd.concat({"a": values, "b": base_values}, axis=1, join="inner").dropna()
@@ -460,11 +544,21 @@ def _conclusion(comp: pd.DataFrame) -> list[str]:
     """Per tier: which variant has the best mean, by how much it beats its static twin, and
     whether that is more than noise."""
     lines = []
-    for metric, tier in TIERS.items():
+    settings = sorted(comp["setting"].fillna("").unique()) if "setting" in comp.columns else [""]
+    if len(settings) > 1:
+        lines.append(
+            f"The runs fall into {len(settings)} settings that cannot be compared with each other "
+            f"({'; '.join(settings)}): each is summarised on its own, and a variant is paired only "
+            "with the static baseline of its own setting."
+        )
+    for setting, metric in [(s, m) for s in settings for m in TIERS]:
         rows = comp[comp["metric"] == metric]
+        if "setting" in comp.columns:
+            rows = rows[rows["setting"].fillna("") == setting]
         if rows.empty:
             continue
         best = rows.loc[rows["mean"].idxmax()]
+        tier = TIERS[metric] + (f", {setting}" if setting else "")
         head = f"**{tier}**: best mean test accuracy is {best['group']} at {_fmt('acc', best['mean'])}"
         if best["note"] == "baseline":
             if (rows["baseline"] == best["group"]).any():
@@ -497,10 +591,8 @@ def _comparison_bullets(comp: pd.DataFrame, groups: list[Group]) -> list[str]:
         if g.is_baseline:
             continue
         if g.baseline is None:
-            bullets.append(
-                f"{g.label}: no matched static baseline (no static run with its final "
-                f"architecture {g.spec_id}); only its own means are reported."
-            )
+            why = f"no matched static baseline ({g.unmatched})"
+            bullets.append(f"{g.label}: {why}; only its own means are shown.")
             continue
         rows = {r["metric"]: r for _, r in comp[comp["group"] == g.label].iterrows()}
         n = max(int(r["n_pairs"]) for r in rows.values())
@@ -646,6 +738,24 @@ def _document(comp: pd.DataFrame, groups: list[Group], paths: ReportPaths) -> li
         ("p", "Validation accuracy per epoch, mean over seeds; dotted lines mark growth events."),
     ]
     blocks.append(("img", paths.learning_curves_png.name, "validation accuracy per epoch"))
+
+    blocks += [
+        ("h", 2, "Settings"),
+        ("p", "Runs are compared only within a setting: equal values of every parameter below."),
+    ]
+    by_setting: dict[str, list[str]] = {}
+    for g in groups:
+        by_setting.setdefault(g.setting, []).append(g.label)
+    blocks.append(
+        (
+            "table",
+            ["variants", *COMPARABILITY_KEYS],
+            [
+                [", ".join(labels), *[json.loads(key).get(k, "") or "-" for k in COMPARABILITY_KEYS]]
+                for key, labels in by_setting.items()
+            ],
+        )
+    )
 
     blocks.append(("h", 2, "Final architectures"))
     specs = {}
