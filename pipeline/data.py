@@ -408,7 +408,14 @@ def _dataset_name(dataset: str) -> str:
     return dataset
 
 
+# Set to 1, the loader refuses the test split: the tests run every training and tuning step so,
+# which proves they never ask for it (only score_difficulty and evaluate may).
+REFUSE_TEST_ENV = "GCNN_REFUSE_TEST_SPLIT"
+
+
 def load_data(cfg: DataConfig, include_test: bool = False) -> Data:
+    if include_test and os.environ.get(REFUSE_TEST_ENV) == "1":
+        raise DataError(f"the test split is refused here ({REFUSE_TEST_ENV}=1): this step must not load it")
     return make_splits(load_raw(cfg.dataset, cfg.data_dir), cfg, include_test)
 
 
