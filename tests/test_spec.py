@@ -71,11 +71,29 @@ def test_minimal_is_one_conv_and_one_fc():
     assert kinds.count("conv") == 1 and kinds.count("fc") == 1
 
 
-def test_same_spec_same_parameter_names_and_shapes():
-    spec = resolve_spec("default", (1, 28, 28), 10)
-    a, b = build_model(spec), build_model(ArchSpec.from_dict(spec.to_dict()))
-    assert {k: v.shape for k, v in a.state_dict().items()} == {k: v.shape for k, v in b.state_dict().items()}
-    assert count_parameters(a) == count_parameters(b)
+def test_the_default_spec_builds_exactly_the_parameters_it_describes():
+    """Names and shapes written out by hand from the spec (same-padding 3x3 convs, two 2x2
+    pools: 28 -> 14 -> 7, so fc1 sees 64 x 7 x 7), so a builder that drifts from it fails."""
+    model = build_model(ArchSpec.from_dict(json.loads(resolve_spec("default", (1, 28, 28), 10).to_json())))
+    bn = {"weight": (64,), "bias": (64,), "running_mean": (64,), "running_var": (64,)}
+    expected = {
+        "layers.conv1.conv.weight": (32, 1, 3, 3),
+        "layers.conv1.conv.bias": (32,),
+        "layers.conv2.conv.weight": (64, 32, 3, 3),
+        "layers.conv2.conv.bias": (64,),
+        "layers.res1.conv1.weight": (64, 64, 3, 3),
+        **{f"layers.res1.bn1.{k}": v for k, v in bn.items()},
+        "layers.res1.conv2.weight": (64, 64, 3, 3),
+        **{f"layers.res1.bn2.{k}": v for k, v in bn.items()},
+        "layers.fc1.linear.weight": (128, 64 * 7 * 7),
+        "layers.fc1.linear.bias": (128,),
+        "layers.head.linear.weight": (10, 128),
+        "layers.head.linear.bias": (10,),
+    }
+    got = {k: tuple(v.shape) for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}
+    assert got == expected
+    trainable = sum(torch.Size(v).numel() for k, v in expected.items() if "running" not in k)
+    assert count_parameters(model) == trainable
 
 
 @pytest.mark.parametrize(
