@@ -113,8 +113,37 @@ def test_folder_dataset_with_one_class_or_a_bad_image_is_refused(tmp_path):
         load_folder(str(tmp_path / "bad"))
 
 
-def test_batch_augmentation_keeps_shape_and_changes_content():
-    x = torch.randn(16, 1, 28, 28)
-    out = augment_batch(x, "flip+shift", torch.Generator().manual_seed(0))
-    assert out.shape == x.shape and not torch.equal(out, x)
+def _shifted(x: torch.Tensor, dx: int, dy: int, pad: int = 2) -> torch.Tensor:
+    """(B, C, H, W) moved by (dx - pad, dy - pad) pixels, zeros shifted in: the expected output."""
+    padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))
+    return padded[:, :, dy : dy + x.shape[2], dx : dx + x.shape[3]]
+
+
+def test_batch_augmentation_is_exactly_a_flip_and_or_a_shift_of_each_image():
+    x = torch.randn(32, 1, 28, 28)
     assert augment_batch(x, "none") is x
+    generator = torch.Generator().manual_seed(0)
+    flipped = augment_batch(x, "flip", generator)
+    is_flipped = torch.tensor([torch.equal(o, f) for o, f in zip(flipped, x.flip(3))])
+    is_same = torch.tensor([torch.equal(o, i) for o, i in zip(flipped, x)])
+    assert torch.all(is_flipped ^ is_same)  # every image is itself or its mirror image
+    assert 0 < int(is_flipped.sum()) < len(x)  # and both happen
+    offsets = set()
+    for _ in range(6):
+        out = augment_batch(x, "shift", generator)
+        # exactly one of the 25 shifts of up to 2 px explains the whole batch
+        matches = [(dx, dy) for dx in range(5) for dy in range(5) if torch.equal(out, _shifted(x, dx, dy))]
+        assert len(matches) == 1
+        offsets.add(matches[0])
+    assert len(offsets) > 1  # batches differ
+    both = augment_batch(x, "flip+shift", generator)
+    # one shift for the batch, and each image is that shift of itself or of its mirror image
+    (_offset,) = [
+        (dx, dy)
+        for dx in range(5)
+        for dy in range(5)
+        if all(
+            torch.equal(o, a) or torch.equal(o, b)
+            for o, a, b in zip(both, _shifted(x, dx, dy), _shifted(x.flip(3), dx, dy))
+        )
+    ]
