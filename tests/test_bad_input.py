@@ -84,7 +84,8 @@ CASES = [
         "growth event past the last epoch",
         DYNAMIC,
         (*SCORED, "--epochs", "3", "--schedule", "5:conv(16)"),
-        "epoch",
+        "growth epoch 5 is past --epochs 3 (5:conv(out_channels=16); growth happens before an "
+        "epoch, so use 1..2)",
     ),
     Case(
         "growth events out of order",
