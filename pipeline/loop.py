@@ -18,6 +18,7 @@ from torch import nn
 from tqdm import tqdm
 
 from pipeline.data import Split, augment_batch
+from pipeline.precision import autocast
 
 # How often the training loop looks for a non-finite loss. Reading the loss forces a device
 # sync, so on a GPU it is batched; on a CPU it costs nothing either way.
@@ -121,13 +122,16 @@ def train_one_epoch(
     progress_bar: bool = False,
     weights: torch.Tensor | None = None,
     example_losses: bool = False,
+    precision: str = "fp32",
+    scaler: torch.amp.GradScaler | None = None,
 ) -> EpochStats:
     """One pass over ``positions`` (indices into ``split``) in a random order.
 
     ``split`` should already be on the model's device; the order is drawn from ``generator``
     on the CPU so that it is the same on any device. ``weights`` (N,) on the device, one per
     training position, scale each example's loss (loss-aware pruning); ``example_losses``
-    returns each example's loss from its step.
+    returns each example's loss from its step. ``precision`` (resolved: fp32, bf16, fp16) is
+    the autocast dtype of forward and loss; fp16 needs ``scaler``.
     """
     model.train()
     device = split.x.device
@@ -152,19 +156,26 @@ def train_one_epoch(
         lr = lr_at((epoch + b / n_batches) / epochs)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        logits = model(x)
-        if weights is None and per_example is None:
-            loss = nn.functional.cross_entropy(logits, y)
-            batch_loss = loss.detach() * len(idx)
-        else:
-            each = nn.functional.cross_entropy(logits, y, reduction="none")  # (B,)
-            loss = (each * weights[idx]).mean() if weights is not None else each.mean()
-            batch_loss = each.detach().sum()
-            if per_example is not None:
-                per_example[b * batch_size : b * batch_size + len(idx)] = each.detach()
+        with autocast(precision, device):
+            logits = model(x)
+            # autocast computes cross-entropy in fp32 whatever the logits' dtype
+            if weights is None and per_example is None:
+                loss = nn.functional.cross_entropy(logits, y)
+                batch_loss = loss.detach() * len(idx)
+            else:
+                each = nn.functional.cross_entropy(logits, y, reduction="none")  # (B,)
+                loss = (each * weights[idx]).mean() if weights is not None else each.mean()
+                batch_loss = each.detach().sum()
+                if per_example is not None:
+                    per_example[b * batch_size : b * batch_size + len(idx)] = each.detach()
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
         losses[b] = batch_loss
         correct += (logits.detach().argmax(1) == y).sum()
         if (b + 1) % DIVERGENCE_CHECK_EVERY == 0 or b == n_batches - 1:
@@ -196,15 +207,17 @@ class EvalResult:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, split: Split, batch_size: int = 1024) -> EvalResult:
-    """Loss and accuracy of ``model`` on ``split`` in eval mode, with per-example results."""
+def evaluate(model: nn.Module, split: Split, batch_size: int = 1024, precision: str = "fp32") -> EvalResult:
+    """Loss and accuracy of ``model`` on ``split`` in eval mode, with per-example results;
+    forward passes under the autocast of ``precision`` (resolved)."""
     model.eval()
     losses, preds = [], []
     for start in range(0, len(split), batch_size):
         x = split.x[start : start + batch_size]
         y = split.y[start : start + batch_size]
-        logits = model(x)
-        losses.append(nn.functional.cross_entropy(logits, y, reduction="none"))
+        with autocast(precision, split.x.device):
+            logits = model(x)
+            losses.append(nn.functional.cross_entropy(logits, y, reduction="none"))
         preds.append(logits.argmax(1))
     per_example = torch.cat(losses).float().cpu()
     predictions = torch.cat(preds).cpu()

@@ -70,6 +70,7 @@ class ScoreConfig:
     batch_size: int = opt(128, "training batch size of the fold models")
     lr: float = opt(0.05, "peak learning rate of the fold models")
     device: str = opt("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
+    precision: str = opt("auto", "autocast precision of the fold models' training: auto, fp32, bf16 or fp16")
     run_name: str = opt("", "MLflow run name; empty for a generated one")
     progress: bool = opt(False, "show a progress bar per epoch of each fold model")
 
@@ -81,7 +82,12 @@ class ScoreConfig:
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(
-            epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, seed=self.seed, device=self.device
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            seed=self.seed,
+            device=self.device,
+            precision=self.precision,
         ).validate()
 
     def validate(self) -> ScoreConfig:

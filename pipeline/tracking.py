@@ -209,6 +209,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from models.spec import SpecError
     from pipeline.data import DataError
     from pipeline.loop import DivergenceError
+    from pipeline.precision import PrecisionError
     from pipeline.training import CheckpointError, ConfigError
 
     return (
@@ -218,6 +219,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         CheckpointError,
         ModelFileError,
         DivergenceError,
+        PrecisionError,
         UpstreamError,
         ValueError,
     )

@@ -21,7 +21,8 @@ from models.flops import flops_per_example
 from models.spec import ArchSpec
 from pipeline.cli import opt
 from pipeline.data import AUGMENTATIONS, Data
-from pipeline.loop import EvalResult, cosine_lr, evaluate, place_model, train_one_epoch
+from pipeline.loop import EvalResult, cosine_lr, evaluate, pick_device, place_model, train_one_epoch
+from pipeline.precision import PRECISIONS, PrecisionError, grad_scaler, resolve_precision
 
 CHECKPOINT_FORMAT = 1
 TIER_NAMES = ("easy", "medium", "hard")
@@ -46,6 +47,12 @@ class TrainConfig:
     deterministic: bool = opt(False, "deterministic kernels: bit-identical reruns, somewhat slower")
     augment: str = opt("none", "batch augmentation: none, flip, shift or flip+shift")
     eval_batch_size: int = opt(1024, "batch size for evaluation passes")
+    precision: str = opt(
+        "auto",
+        "autocast precision: auto (bf16 where this hardware runs it fast, else fp32), fp32, bf16 or "
+        "fp16 (CUDA only); weights and optimizer state stay fp32",
+    )
+    compile: bool = opt(False, "torch.compile the model (recompiled after each growth); see README")
 
     def validate(self) -> TrainConfig:
         for name in ("epochs", "batch_size", "eval_batch_size"):
@@ -61,7 +68,13 @@ class TrainConfig:
             raise ConfigError(f"--warmup must be a fraction in [0, 1), got {self.warmup}")
         if self.augment not in AUGMENTATIONS:
             raise ConfigError(f"--augment {self.augment!r}: use one of {', '.join(AUGMENTATIONS)}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"--precision {self.precision!r}: use one of {', '.join(PRECISIONS)}")
+        resolve_precision(self.precision, pick_device(self.device))
         return self
+
+    def resolved_precision(self, device: torch.device) -> str:
+        return resolve_precision(self.precision, device)
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -188,6 +201,7 @@ class FitState:
     history: list[dict] = field(default_factory=list)
     trace: ArchitectureTrace = field(default_factory=ArchitectureTrace)
     generator: torch.Generator = field(default_factory=torch.Generator)
+    precision: str = "fp32"  # resolved (fp32, bf16 or fp16); a resumed run keeps its own
 
 
 def tier_accuracies(result: EvalResult, tiers: torch.Tensor | None, prefix: str) -> dict[str, float]:
@@ -220,18 +234,22 @@ def fit(
     """
     lr_at = lambda progress: cosine_lr(cfg.lr, progress, cfg.warmup)
     flops = flops_per_example(state.model, data.input_shape)
+    device = data.train.x.device
+    scaler = grad_scaler(state.precision, device)
+    forward = _compiled(state.model, cfg)
     for epoch in range(state.epoch, cfg.epochs):
         epoch_start = time.perf_counter()
         model, optimizer, events = plan.before_epoch(epoch, state.model, state.optimizer)
         if model is not state.model:
-            place_model(model, data.train.x.device)  # new layers take the layout of the old ones
+            place_model(model, device)  # new layers take the layout of the old ones
             flops = flops_per_example(model, data.input_shape)
+            forward = _compiled(model, cfg)
         state.model, state.optimizer = model, optimizer
         state.trace.events.extend(events)
         positions = plan.positions(epoch, state.model, data)
         weights = plan.example_weights(epoch)
         stats = train_one_epoch(
-            state.model,
+            forward,
             state.optimizer,
             data.train,
             positions,
@@ -245,10 +263,12 @@ def fit(
             progress_bar=progress_bar,
             weights=None if weights is None else weights.to(data.train.x.device),
             example_losses=plan.wants_example_losses(epoch),
+            precision=state.precision,
+            scaler=scaler,
         )
         if stats.losses is not None:
             plan.record_losses(stats.order, stats.losses)
-        val = evaluate(state.model, data.val, cfg.eval_batch_size)
+        val = evaluate(forward, data.val, cfg.eval_batch_size, precision=state.precision)
         state.global_step += stats.steps
         state.cumulative_train_flops += flops["train"] * stats.examples
         params = count_parameters(state.model)
@@ -282,6 +302,12 @@ def fit(
     return state
 
 
+def _compiled(model: SpecNet, cfg: TrainConfig) -> nn.Module:
+    """What ``fit`` calls for forward passes: ``model`` itself, or with ``--compile`` a compiled
+    wrapper that shares its parameters (so checkpoints and growth see the plain module)."""
+    return torch.compile(model) if cfg.compile else model
+
+
 # --- checkpoints -------------------------------------------------------------------------
 
 
@@ -301,6 +327,7 @@ def checkpoint_dict(state: FitState, plan: TrainingPlan, cfg: TrainConfig) -> di
         "plan": json.dumps(plan.state_dict()),
         "plan_tensors": plan.tensor_state(),
         "config": json.dumps(asdict(cfg)),
+        "precision": state.precision,
         "rng_torch": torch.get_rng_state(),
         "rng_data": state.generator.get_state(),
         "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -343,6 +370,7 @@ def load_checkpoint(path: Path, cfg: TrainConfig, plan: TrainingPlan, device: to
     place_model(model, device)
     optimizer = make_optimizer(model, cfg)
     optimizer.load_state_dict(ckpt["optimizer"])
+    precision = _resumed_precision(str(ckpt.get("precision", "fp32")), cfg, device, path)
     plan.load_state_dict(json.loads(ckpt["plan"]))
     plan.load_tensor_state(ckpt.get("plan_tensors", {}))
     torch.set_rng_state(ckpt["rng_torch"])
@@ -360,11 +388,33 @@ def load_checkpoint(path: Path, cfg: TrainConfig, plan: TrainingPlan, device: to
         history=json.loads(ckpt["history"]),
         trace=ArchitectureTrace.from_dict(json.loads(ckpt["trace"])),
         generator=generator,
+        precision=precision,
     )
+
+
+def _resumed_precision(trained: str, cfg: TrainConfig, device: torch.device, path: Path) -> str:
+    """A resumed run continues at the precision it trained at: ``auto`` keeps it (even where
+    this machine would resolve auto otherwise), an explicit other precision is refused."""
+    if cfg.precision not in ("auto", trained):
+        raise CheckpointError(
+            f"--precision {cfg.precision}: checkpoint {path} trained at {trained}; "
+            f"resume with --precision {trained} or auto"
+        )
+    try:
+        return resolve_precision(trained, device)
+    except PrecisionError as err:
+        raise CheckpointError(
+            f"checkpoint {path} trained at {trained}, which this machine cannot run: {err}"
+        ) from None
 
 
 def new_state(spec: ArchSpec, cfg: TrainConfig, device: torch.device) -> FitState:
     """A fresh model and optimizer; call after seeding so the initial weights follow the seed."""
     model = place_model(build_model(spec), device)
     generator = torch.Generator().manual_seed(cfg.seed)
-    return FitState(model=model, optimizer=make_optimizer(model, cfg), generator=generator)
+    return FitState(
+        model=model,
+        optimizer=make_optimizer(model, cfg),
+        generator=generator,
+        precision=cfg.resolved_precision(device),
+    )

@@ -62,10 +62,10 @@ def subprocess_env(tracking_uri: str) -> dict[str, str]:
     return env
 
 
-def interrupted_then_resumed(fresh, data, cfg, make_plan, path: Path, crash_after: int = 2):
+def interrupted_then_resumed(fresh, data, cfg, make_plan, path: Path, crash_after: int = 2, resume_cfg=None):
     """Fit ``fresh()`` under ``make_plan()`` with a checkpoint at ``path`` after every epoch,
     interrupt it after epoch ``crash_after``, and resume from that checkpoint with a new plan
-    to the end; returns the resumed run's final state."""
+    (and ``resume_cfg``, by default ``cfg``) to the end; returns the resumed run's final state."""
 
     def checkpoint_then_crash(state, plan):
         save_checkpoint(path, state, plan, cfg)
@@ -74,5 +74,5 @@ def interrupted_then_resumed(fresh, data, cfg, make_plan, path: Path, crash_afte
 
     with pytest.raises(KeyboardInterrupt):
         fit(fresh(), data, cfg, make_plan(), checkpoint=checkpoint_then_crash)
-    plan = make_plan()
-    return fit(load_checkpoint(path, cfg, plan, torch.device("cpu")), data, cfg, plan)
+    plan, resume_cfg = make_plan(), resume_cfg or cfg
+    return fit(load_checkpoint(path, resume_cfg, plan, torch.device("cpu")), data, resume_cfg, plan)
