@@ -22,7 +22,7 @@ import torch
 from models.io import save_model
 from models.spec import ArchSpec
 from pipeline import plots
-from pipeline.cli import opt
+from pipeline.cli import opt, option_name
 from pipeline.curriculum import Curriculum
 from pipeline.data import Data
 from pipeline.loop import pick_device, seed_everything
@@ -67,8 +67,26 @@ class TrainingOutcome:
         )
 
 
-def check_resumable(run_id: str, entry_point: str) -> None:
-    """Refuse a run that does not exist, is of another entry point or has finished.
+# Options that may differ when a run is resumed, because they do not change what it trains:
+# the resume id itself, the progress bar, the run name (a reopened run keeps its own) and where
+# the data files live (the data they hold must still have the run's digest). Every other
+# option, the device included (wall-clock is one of the study's results, and a run timed on two
+# devices measures neither), must equal the run's.
+RESUME_MAY_DIFFER = ("resume", "progress", "run_name", "data_dir")
+# Tags that the options resolve to and that must not change either: a named spec or
+# `--scores-run auto` that now resolves to something else would train another run.
+RESUME_SAME_TAGS = ("final_spec", "scores_run_id", "variant")
+
+
+def check_resumable(
+    run_id: str,
+    entry_point: str,
+    params: dict[str, str] | None = None,
+    tags: dict[str, str] | None = None,
+    data_digest: str = "",
+) -> None:
+    """Refuse a run that does not exist, is of another entry point or has finished, and options
+    that would make the resumed run another run than it was (each named with both values).
 
     Called before the run is reopened: reopening would retag it (and a failure would mark
     another step's run FAILED)."""
@@ -83,6 +101,52 @@ def check_resumable(run_id: str, entry_point: str) -> None:
         raise UpstreamError(f"--resume {run_id} is a {kind or 'untagged'} run, not {entry_point}")
     if run.info.status == "FINISHED":
         raise UpstreamError(f"--resume {run_id} already FINISHED; there is nothing to continue")
+    logged, logged_tags = run.data.params, run.data.tags
+    # A parameter the run never logged (an option added since) is taken as it is now.
+    for key, value in (params or {}).items():
+        if key in RESUME_MAY_DIFFER or key not in logged or _same_value(logged[key], value):
+            continue
+        raise UpstreamError(
+            f"--resume {run_id}: {option_name(key)} {value} differs from the run's {logged[key]}; "
+            f"a resumed run keeps its options (pass {option_name(key)} {logged[key]}, or start a new run)"
+        )
+    if data_digest and logged.get("data_digest", data_digest) != data_digest:
+        raise UpstreamError(
+            f"--resume {run_id}: the data now has digest {data_digest}, the run trained on "
+            f"{logged['data_digest']}; the data files changed"
+        )
+    for key in RESUME_SAME_TAGS:
+        # An empty one (a run without scores, `--scores-run auto` before any existed) has
+        # nothing to keep: without a curriculum, scores only add per-tier validation metrics.
+        new, old = (tags or {}).get(key), logged_tags.get(key)
+        if new is not None and old and new != old:
+            raise UpstreamError(
+                f"--resume {run_id}: its {key} is {_short(old)}, these options give {_short(new)}; "
+                "a resumed run keeps what it trained with (pass the run's options, or start a new run)"
+            )
+    device = (params or {}).get("device")
+    if device and logged_tags.get("device") and str(pick_device(device)) != logged_tags["device"]:
+        raise UpstreamError(
+            f"--resume {run_id}: the run trained on {logged_tags['device']}, --device {device} gives "
+            f"{pick_device(device)}; resume it on {logged_tags['device']} (its wall-clock is a result)"
+        )
+
+
+def _same_value(a: str, b: str) -> bool:
+    """Equal as the CLI and `mlflow run` spell them: 6 and 6.0, true and True, 'x' and x."""
+
+    def norm(text: str):
+        text = str(text).strip().strip("'")
+        try:
+            return float(text)
+        except ValueError:
+            return text.lower() if text.lower() in ("true", "false") else text
+
+    return a == b or norm(a) == norm(b)
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @contextlib.contextmanager
@@ -91,7 +155,7 @@ def training_run(
 ) -> Iterator[mlflow.ActiveRun]:
     """The MLflow run of a training command: a new one, or with ``--resume`` the interrupted
     one (checked before it is reopened), with the data logged as its input."""
-    check_resumable(run_cfg.resume, entry_point)
+    check_resumable(run_cfg.resume, entry_point, params, tags, data.digest)
     outer_run_id = os.environ.get("MLFLOW_RUN_ID", "")
     if run_cfg.resume and outer_run_id and outer_run_id != run_cfg.resume:
         # `mlflow run` made a fresh run for this step; point it at the run that continues.

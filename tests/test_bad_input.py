@@ -43,6 +43,8 @@ class Case:
 
 # Training cases name the good scores run: "auto" would pick the newest, a doctored twin.
 SCORED = (*TINY, "--scores-run", "{scores}")
+# The options of the killed runs to resume: a resumed run must be given the options it ran with.
+RESUMED = (*SCORED, "--spec", "tiny", "--epochs", "1")
 STATIC, DYNAMIC = "train_static", "train_dynamic"
 
 CASES = [
@@ -78,6 +80,26 @@ CASES = [
         DYNAMIC,
         (*SCORED, "--resume", "{killed_static}"),
         "is a train_static run, not train_dynamic",
+    ),
+    # a resumed run is the run it was: no option that defines it may change
+    Case(
+        "resume with another spec",
+        STATIC,
+        (*SCORED, "--epochs", "1", "--spec", "default", "--resume", "{killed_static}"),
+        "--spec default differs from the run's tiny",
+    ),
+    Case(
+        "resume with another learning rate",
+        STATIC,
+        (*RESUMED, "--lr", "0.5", "--resume", "{killed_static}"),
+        "--lr 0.5 differs from the run's 0.05",
+    ),
+    Case(
+        "resume with another subset",
+        STATIC,
+        # no scores: the run's scores table, for 300 examples, would be refused first
+        (*RESUMED, "--subset", "400", "--scores-run", "none", "--resume", "{killed_static}"),
+        "--subset 400 differs from the run's 300",
     ),
     # growth schedules and specs
     Case(
@@ -122,18 +144,24 @@ CASES = [
     Case("unknown preset", "main", ("--preset", "huge"), "--preset 'huge'"),
     # checkpoints and model files
     Case(
-        "resume a run without a checkpoint", STATIC, (*SCORED, "--resume", "{no_checkpoint}"), "no checkpoint"
+        "resume a run without a checkpoint",
+        STATIC,
+        (*RESUMED, "--resume", "{no_checkpoint}"),
+        "no checkpoint",
     ),
-    Case("resume from a truncated checkpoint", STATIC, (*SCORED, "--resume", "{truncated}"), "unreadable"),
+    Case("resume from a truncated checkpoint", STATIC, (*RESUMED, "--resume", "{truncated}"), "unreadable"),
     Case("model file unlike its spec", "evaluate", ("--runs", "{tampered_model}"), "does not match its spec"),
 ]
 
 
-def _copy_run(client: mlflow.MlflowClient, source_id: str, status: str, **tags: str) -> str:
-    """A new run with ``source_id``'s params and tags (a doctored twin), ended as ``status``."""
+def _copy_run(
+    client: mlflow.MlflowClient, source_id: str, status: str, params: dict | None = None, **tags: str
+) -> str:
+    """A new run with ``source_id``'s params and tags (a doctored twin, ``params`` and ``tags``
+    overriding them), ended as ``status``."""
     source = client.get_run(source_id)
     twin = client.create_run(source.info.experiment_id, tags={**source.data.tags, **tags})
-    for key, value in source.data.params.items():
+    for key, value in {**source.data.params, **(params or {})}.items():
         client.log_param(twin.info.run_id, key, value)
     client.set_terminated(twin.info.run_id, status)
     return twin.info.run_id
@@ -186,12 +214,13 @@ def world(tmp_path_factory):
             places[name] = twin
 
         # Killed runs to resume: one that died before its first checkpoint, one whose
-        # checkpoint was cut short in the upload.
-        places["no_checkpoint"] = _copy_run(client, places["static"], "KILLED")
-        places["killed_static"] = _copy_run(client, places["static"], "KILLED")
+        # checkpoint was cut short in the upload. They name the good scores run, as RESUMED does.
+        scored = {"scores_run": places["scores"]}
+        places["no_checkpoint"] = _copy_run(client, places["static"], "KILLED", scored)
+        places["killed_static"] = _copy_run(client, places["static"], "KILLED", scored)
         ckpt = Path(client.download_artifacts(places["static"], CHECKPOINT_ARTIFACT, str(root / "ckpt")))
         ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])
-        places["truncated"] = _copy_run(client, places["static"], "KILLED")
+        places["truncated"] = _copy_run(client, places["static"], "KILLED", scored)
         client.log_artifact(places["truncated"], str(ckpt), str(Path(CHECKPOINT_ARTIFACT).parent))
 
         # A finished training run whose model file says one spec and holds another's weights.
@@ -272,5 +301,8 @@ def test_the_table_covers_what_the_issue_lists():
         "without a checkpoint",
         "truncated checkpoint",
         "model file unlike its spec",
+        "resume with another spec",
+        "resume with another learning rate",
+        "resume with another subset",
     ):
         assert topic in names, topic
