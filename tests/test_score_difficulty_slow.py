@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+from pathlib import Path
 
 import mlflow
+import numpy as np
+import pandas as pd
 import pytest
 
 from pipeline import scores, scoring
@@ -27,7 +31,38 @@ def _only_run(**params: str) -> mlflow.entities.Run:
     return found[0]
 
 
-def test_two_seeds_finish_and_agree_on_what_is_hard(tracking, small_data):
+def _assert_tiers_follow_the_logged_cut_points(run_id, table, data, tmp_path) -> None:
+    """The loaded table is the logged one, and its tiers are what the logged cut points make
+    of its scores: exact thirds of each class on train, "cut points <= score" elsewhere."""
+    logged = pd.read_parquet(
+        mlflow.artifacts.download_artifacts(
+            run_id=run_id, artifact_path=scores.SCORES_ARTIFACT, dst_path=str(tmp_path)
+        )
+    )
+    cuts = json.loads(
+        Path(
+            mlflow.artifacts.download_artifacts(
+                run_id=run_id, artifact_path="scores/tier_cuts.json", dst_path=str(tmp_path)
+            )
+        ).read_text()
+    )
+    assert cuts["scorer"] == "loss" and cuts["per_class"]
+    for name in ("train", "val", "test"):
+        split = data.split(name)
+        rows = logged[logged["split"] == name].set_index("index").loc[split.index.numpy()]
+        loss = table.scores_for(split, name, "loss")
+        tiers = table.tiers_for(split, name)
+        assert np.array_equal(loss.numpy(), rows[scores.score_column("loss")].to_numpy(np.float32))
+        thresholds = np.array([cuts["cuts"][data.classes[y]] for y in split.y.tolist()])  # (N, 2)
+        by_cuts = (rows[scores.score_column("loss")].to_numpy()[:, None] >= thresholds).sum(1)
+        assert np.array_equal(tiers.numpy(), by_cuts), name
+        if name == "train":  # exact ranks: every class is cut into thirds, to one example
+            for y in range(len(data.classes)):
+                counts = np.bincount(tiers[split.y == y].numpy(), minlength=3)
+                assert counts.max() - counts.min() <= 1, (y, counts)
+
+
+def test_two_seeds_finish_and_agree_on_what_is_hard(tracking, small_data, tmp_path):
     for seed in ("0", "1"):
         result = _mlflow_run(tracking, f"seed={seed}")
         assert result.returncode == 0, result.stderr[-3000:]
@@ -40,8 +75,8 @@ def test_two_seeds_finish_and_agree_on_what_is_hard(tracking, small_data):
         assert "scores/scores.parquet" in {
             a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "scores")
         }
-    a = scores.load_scores(first.info.run_id, small_data)
-    assert a.frame.equals(scores.load_scores(f"runs:/{first.info.run_id}/scores", small_data).frame)
+    a = scores.load_scores(f"runs:/{first.info.run_id}/scores", small_data)
+    _assert_tiers_follow_the_logged_cut_points(first.info.run_id, a, small_data, tmp_path)
     b = scores.load_scores(second.info.run_id, small_data)
     for name in ("train", "val", "test"):
         split = small_data.split(name)
