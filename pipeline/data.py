@@ -50,6 +50,13 @@ FASHION_MNIST_MD5 = {
 }
 
 
+# The smallest splits that can be trained on: the training split needs an example of every
+# class in each of the three difficulty tiers (tiers are cut within each class), the validation
+# split one of every class. Anything smaller trains a model on nothing and reports it FINISHED.
+MIN_TRAIN_PER_CLASS = 3
+MIN_VAL_PER_CLASS = 1
+
+
 class DataError(ValueError):
     """Data that cannot be used; the message names the file or option and the fix."""
 
@@ -376,6 +383,8 @@ def make_splits(raw: RawData, cfg: DataConfig, include_test: bool) -> Data:
         val_pos = val_pos[stratified_sample(raw.train_y[val_pos], min(cfg.subset, len(val_pos)), generator)]
         test_pos = test_pos[stratified_sample(raw.test_y, min(cfg.subset, len(test_pos)), generator)]
 
+    _check_split_sizes(raw, cfg, train_pos, val_pos)
+
     # Normalisation statistics from the training split only: the others must not leak into it.
     train_u8 = raw.train_x[train_pos].float()
     mean = train_u8.mean(dim=(0, 2, 3), keepdim=True).div(255.0)  # (1, C, 1, 1)
@@ -400,6 +409,31 @@ def make_splits(raw: RawData, cfg: DataConfig, include_test: bool) -> Data:
         source_digest=raw.digest,
         digest=digest,
     )
+
+
+def _check_split_sizes(raw: RawData, cfg: DataConfig, train_pos: torch.Tensor, val_pos: torch.Tensor) -> None:
+    """Refuse splits too small to train on or to cut into tiers, naming the options to change."""
+    n_classes = len(raw.classes)
+    # Which option binds: --subset caps a split at N; otherwise --val-size sets the split.
+    capped = bool(cfg.subset) and len(train_pos) >= cfg.subset
+    fix = {
+        "train": "raise --subset" if capped else f"lower --val-size (of {len(raw.train_y)} examples)",
+        "validation": "raise --subset" if cfg.subset and len(val_pos) >= cfg.subset else "raise --val-size",
+    }
+    for split, pos, least in (
+        ("train", train_pos, MIN_TRAIN_PER_CLASS),
+        ("validation", val_pos, MIN_VAL_PER_CLASS),
+    ):
+        counts = torch.bincount(raw.train_y[pos], minlength=n_classes)
+        if int(counts.min()) < least:
+            sparse = int(counts.argmin())
+            raise DataError(
+                f"--val-size {cfg.val_size}"
+                + (f" --subset {cfg.subset}" if cfg.subset else "")
+                + f" leaves {len(pos)} {split} example(s), {int(counts[sparse])} of class "
+                f"{raw.classes[sparse]!r}; the {split} split needs at least {least} of every class "
+                f"({least * n_classes} for {n_classes} classes): {fix[split]}"
+            )
 
 
 def _dataset_name(dataset: str) -> str:

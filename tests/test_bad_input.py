@@ -55,6 +55,12 @@ CASES = [
     Case("folder dataset with one class", STATIC, ("--dataset", "folder:{one_class}"), "1 class folder"),
     Case("unreadable image", STATIC, ("--dataset", "folder:{bad_image}"), "cannot read image"),
     Case("subset too small", STATIC, ("--subset", "5"), "--subset 5 is too small"),
+    Case(
+        "training split of one example",
+        STATIC,
+        ("--subset", "1000", "--val-size", "59999"),
+        "leaves 1 train example(s)",
+    ),
     # scores tables
     Case(
         "scores table of other data",
@@ -295,6 +301,7 @@ def test_the_table_covers_what_the_issue_lists():
         "invalid for the input size",
         "do not sum to one",
         "zero epochs",
+        "training split of one example",
         "batch size",
         "learning rate",
         "diverge",
