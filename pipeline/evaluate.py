@@ -37,7 +37,7 @@ from pipeline.data import Data, DataConfig, Split, load_data
 from pipeline.loop import evaluate as evaluate_split
 from pipeline.scores import load_scores
 from pipeline.session import MODEL_ARTIFACT_DIR, MODEL_FILE, find_scores_run
-from pipeline.tracking import UpstreamError, flat_params, main_guard, scratch_dir, tracked_run
+from pipeline.tracking import GuardedCommand, UpstreamError, flat_params, main_guard, scratch_dir, tracked_run
 from pipeline.training import TIER_NAMES
 
 ENTRY_POINT = "evaluate"
@@ -236,7 +236,7 @@ def run(cfg: EvaluateConfig) -> str:
         return active.info.run_id
 
 
-@click.command(name=ENTRY_POINT, help=__doc__)
+@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

@@ -25,7 +25,15 @@ from models.spec import resolve_spec
 from pipeline.cli import build_config, config_options, opt
 from pipeline.data import DataConfig, load_data
 from pipeline.plan import curriculum_pruning, growth_boundaries
-from pipeline.tracking import UpstreamError, code_version, flat_params, main_guard, scratch_dir, tracked_run
+from pipeline.tracking import (
+    GuardedCommand,
+    UpstreamError,
+    code_version,
+    flat_params,
+    main_guard,
+    scratch_dir,
+    tracked_run,
+)
 
 ENTRY_POINT = "main"
 REPO = Path(__file__).resolve().parents[1]
@@ -292,7 +300,7 @@ def _print_conclusion(evaluate_run_id: str) -> None:
     click.echo(f"\nfull report: runs:/{evaluate_run_id}/report/report.html (MLflow UI, evaluate run)")
 
 
-@click.command(name=ENTRY_POINT, help=__doc__)
+@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

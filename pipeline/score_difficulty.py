@@ -45,7 +45,15 @@ from pipeline import scoring
 from pipeline.cli import build_config, config_options, opt
 from pipeline.data import Data, DataConfig, RawData, load_data, load_raw
 from pipeline.loop import pick_device
-from pipeline.tracking import flat_params, log_dataset, log_json, main_guard, scratch_dir, tracked_run
+from pipeline.tracking import (
+    GuardedCommand,
+    flat_params,
+    log_dataset,
+    log_json,
+    main_guard,
+    scratch_dir,
+    tracked_run,
+)
 from pipeline.training import TIER_NAMES, ConfigError, TrainConfig
 
 matplotlib.use("Agg")  # figures are files only, as in pipeline/plots.py
@@ -393,7 +401,7 @@ def tier_count_figure(counts: pd.DataFrame, path: Path) -> Path:
     return path
 
 
-@click.command(name=ENTRY_POINT, help=__doc__)
+@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

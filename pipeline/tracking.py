@@ -229,6 +229,24 @@ class UpstreamError(ValueError):
     """An upstream run or artifact that is missing or does not fit this step's data."""
 
 
+class GuardedCommand(click.Command):
+    """The click command class of every entry point: when click itself rejects the command line
+    (``-P epochs=2.5`` under ``mlflow run``, which types integers as floats; an unknown
+    choice), the error is one line and exit status 2 like any bad input, and the run that
+    ``mlflow run`` made for the step ends FAILED with the reason. This happens before
+    ``main_guard``'s body could see it."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        outer_run_id = os.environ.get("MLFLOW_RUN_ID", "")
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as err:
+            reason = f"{err.format_message()} (see --help)"
+            _fail_outer_run(click.UsageError(reason), outer_run_id)
+            click.echo(f"error: {reason}", err=True)
+            sys.exit(2)
+
+
 def main_guard(fn):
     """Wrap a click command body: user errors become one line on stderr and exit status 2."""
     import functools

@@ -20,7 +20,7 @@ from pipeline.cli import build_config, config_options
 from pipeline.data import Data, DataConfig, load_data
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
 from pipeline.session import RunConfig, TrainingOutcome, prepare_curriculum, train_and_log, training_run
-from pipeline.tracking import flat_params, main_guard, scratch_dir
+from pipeline.tracking import GuardedCommand, flat_params, main_guard, scratch_dir
 from pipeline.training import TrainConfig
 
 ENTRY_POINT = "train_dynamic"
@@ -88,7 +88,7 @@ def run(
         return outcome
 
 
-@click.command(name=ENTRY_POINT, help=__doc__)
+@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

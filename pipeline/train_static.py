@@ -15,7 +15,7 @@ from pipeline.cli import build_config, config_options, opt
 from pipeline.data import Data, DataConfig, load_data
 from pipeline.plan import CurriculumConfig, ExperimentPlan
 from pipeline.session import RunConfig, TrainingOutcome, prepare_curriculum, train_and_log, training_run
-from pipeline.tracking import flat_params, main_guard
+from pipeline.tracking import GuardedCommand, flat_params, main_guard
 from pipeline.training import TrainConfig
 
 ENTRY_POINT = "train_static"
@@ -69,7 +69,7 @@ def run(
         )
 
 
-@click.command(name=ENTRY_POINT, help=__doc__)
+@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

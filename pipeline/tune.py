@@ -72,6 +72,7 @@ from pipeline.study import (
     wait_for_study,
 )
 from pipeline.tracking import (
+    GuardedCommand,
     Terminated,
     flat_params,
     log_dataset,
@@ -390,7 +391,7 @@ def check_data(study: optuna.Study, data: Data) -> None:
         )
 
 
-@click.command(name=ENTRY_POINT, help=__doc__)
+@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

@@ -137,6 +137,9 @@ CASES = [
         "sum",
     ),
     Case("zero epochs", STATIC, (*SCORED, "--epochs", "0"), "--epochs must be positive"),
+    # rejected by click itself, before the step's code runs (mlflow run types ints as float)
+    Case("a fraction of an epoch", STATIC, ("--epochs", "2.5"), "'2.5' is not a valid integer"),
+    Case("a word for a number in evaluate", "evaluate", ("--batch-size", "many"), "not a valid integer"),
     Case("zero batch size", STATIC, (*SCORED, "--batch-size", "0"), "--batch-size must be positive"),
     Case("negative learning rate", STATIC, (*SCORED, "--lr", "-0.1"), "--lr must be positive"),
     Case(
@@ -301,6 +304,7 @@ def test_the_table_covers_what_the_issue_lists():
         "invalid for the input size",
         "do not sum to one",
         "zero epochs",
+        "a fraction of an epoch",
         "training split of one example",
         "batch size",
         "learning rate",
