@@ -207,6 +207,7 @@ def train_and_log(
                 )
         else:
             state = new_state(spec, cfg, device)
+        mlflow.set_tag("precision_resolved", state.precision)
         train_split, val_split = data.train.to(device), data.val.to(device)
         on_device = Data(
             data.name, data.classes, train_split, val_split, None, data.source_digest, data.digest
