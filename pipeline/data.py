@@ -257,6 +257,31 @@ def load_torchvision(name: str, data_dir: str = "") -> RawData:
     return _raw(tx, train.targets, vx, test.targets, train.classes)
 
 
+# Pillow's single-channel modes of more than 8 bits, by bit depth. Pillow's own conversion to
+# 8 bits clips them (values above 255 become 255: most of a 16-bit image); they are scaled.
+WIDE_MODES = {"I;16": 16, "I;16L": 16, "I;16B": 16, "I;16N": 16}
+
+
+def _eight_bit(img):
+    """``img`` with more than 8 bits per pixel scaled to 8 bits by its bit depth; other images
+    as they are. 32-bit integer and float pixels carry no depth to scale by and are refused."""
+    from PIL import Image
+
+    depth = WIDE_MODES.get(img.mode)
+    if depth is None and img.mode == "I" and img.format == "PNG":
+        depth = 16  # PNG holds at most 16 bits per channel; Pillow may open them as 32-bit "I"
+    if depth is None:
+        if img.mode in ("I", "F"):
+            kind = "32-bit integer" if img.mode == "I" else "floating-point"
+            raise DataError(
+                f"{kind} pixels (mode {img.mode}) have no bit depth to scale to 8 bits by; "
+                "save the images with 8 or 16 bits per channel"
+            )
+        return img
+    wide = np.asarray(img).astype(np.float64)  # (H, W), 0 .. 2**depth - 1
+    return Image.fromarray(np.round(wide * 255 / (2**depth - 1)).clip(0, 255).astype(np.uint8), mode="L")
+
+
 def _read_image_folder(root: Path, size: tuple[int, int] | None, mode: str | None):
     from PIL import Image, UnidentifiedImageError
 
@@ -275,8 +300,9 @@ def _read_image_folder(root: Path, size: tuple[int, int] | None, mode: str | Non
             try:
                 with Image.open(file) as img:
                     img.load()
+                    img = _eight_bit(img)
                     if mode is None:
-                        mode = "L" if img.mode in ("1", "L", "I;16", "I") else "RGB"
+                        mode = "L" if img.mode in ("1", "L") else "RGB"
                     img = img.convert(mode)
                     if size is None:
                         size = img.size

@@ -54,6 +54,7 @@ CASES = [
     Case("corrupt data file", STATIC, ("--data-dir", "{corrupt_dir}"), "corrupt or truncated"),
     Case("folder dataset with one class", STATIC, ("--dataset", "folder:{one_class}"), "1 class folder"),
     Case("unreadable image", STATIC, ("--dataset", "folder:{bad_image}"), "cannot read image"),
+    Case("float images", STATIC, ("--dataset", "folder:{float_image}"), "no bit depth to scale"),
     Case("subset too small", STATIC, ("--subset", "5"), "--subset 5 is too small"),
     Case(
         "training split of one example",
@@ -259,6 +260,11 @@ def world(tmp_path_factory):
             _write_png(root / "bad-image" / "b" / f"{i}.png", 200 - 40 * i)
         (root / "bad-image" / "b" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
         places["one_class"], places["bad_image"] = str(root / "one-class"), str(root / "bad-image")
+        for name in ("a", "b"):  # pixels without a bit depth: refused, not guessed
+            folder = root / "float-image" / name
+            folder.mkdir(parents=True)
+            Image.fromarray(np.full((8, 8), 0.5, dtype=np.float32)).save(folder / "0.tiff")
+        places["float_image"] = str(root / "float-image")
         places["five_pools"] = json.dumps(
             {"layers": [{"id": f"pool{i}", "type": "pool"} for i in range(1, 6)]}
         )
@@ -294,6 +300,7 @@ def test_the_table_covers_what_the_issue_lists():
         "corrupt data",
         "one class",
         "unreadable image",
+        "float images",
         "other data",
         "NaN",
         "does not exist",

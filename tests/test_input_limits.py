@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from PIL import Image
 
-from pipeline.data import MIN_TRAIN_PER_CLASS, DataConfig, DataError, load_data
+from pipeline.data import MIN_TRAIN_PER_CLASS, DataConfig, DataError, load_data, load_folder
 
 
 @pytest.mark.parametrize(
@@ -23,3 +25,29 @@ def test_splits_too_small_to_train_or_to_cut_into_tiers_are_refused(cfg, expect)
 def test_the_smallest_split_that_can_be_cut_into_tiers_loads():
     data = load_data(DataConfig(subset=10 * MIN_TRAIN_PER_CLASS, val_size=100))
     assert len(data.train) == 30 and data.train.y.bincount().min() == MIN_TRAIN_PER_CLASS
+
+
+def _folder(root, arrays_by_class: dict[str, list[np.ndarray]], suffix: str = ".png"):
+    for name, arrays in arrays_by_class.items():
+        (root / name).mkdir(parents=True)
+        for i, array in enumerate(arrays):
+            Image.fromarray(array).save(root / name / f"{i}{suffix}")
+    return root
+
+
+def test_16_bit_images_are_scaled_by_their_bit_depth_not_clipped(tmp_path):
+    ramp = (np.arange(64, dtype=np.uint16).reshape(8, 8) * 1000).astype(np.uint16)  # 0 .. 63,000
+    root = _folder(tmp_path, {"a": [ramp] * 6, "b": [65535 - ramp] * 6})
+    assert Image.open(root / "a" / "0.png").mode == "I;16"
+    raw = load_folder(str(root))
+    pixels = np.concatenate([raw.train_x.numpy().ravel(), raw.test_x.numpy().ravel()])
+    assert (pixels == 255).mean() < 0.05  # clipping made 98% of them 255
+    first = raw.train_x[raw.train_y == 0][0, 0].numpy()  # (H, W)
+    assert np.array_equal(first, np.round(ramp.astype(float) * 255 / 65535).astype(np.uint8))
+
+
+def test_images_without_a_bit_depth_are_refused(tmp_path):
+    noise = np.random.default_rng(0).random((8, 8), dtype=np.float32)
+    root = _folder(tmp_path, {"a": [noise] * 3, "b": [noise] * 3}, suffix=".tiff")
+    with pytest.raises(DataError, match="floating-point pixels"):
+        load_folder(str(root))
