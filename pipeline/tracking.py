@@ -89,6 +89,8 @@ def tracked_run(
     """Open (or, under ``mlflow run`` or ``--resume``, reopen) the step's run and close it honestly."""
     for stale in fail_stale_runs():
         click.echo(f"marked run {stale} FAILED: its process died while it was RUNNING", err=True)
+    if run_id is None:  # MLflow would reopen the run MLFLOW_RUN_ID names, whatever it is
+        check_outer_run(entry_point)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     run = mlflow.start_run(run_id=run_id, run_name=None if run_id else run_name)
     try:
@@ -114,6 +116,50 @@ def tracked_run(
         mlflow.end_run("FINISHED")
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def check_outer_run(entry_point: str) -> None:
+    """Refuse an ``MLFLOW_RUN_ID`` that is not a fresh run made for this step.
+
+    ``mlflow run`` sets it to the RUNNING run it has just created for the step; a stray one
+    left in the environment would make the step train inside a finished run, or another
+    live step's run. Only ``mlflow run`` and ``--resume`` (which checks its run) reopen runs."""
+    run_id = os.environ.get("MLFLOW_RUN_ID", "")
+    if not run_id:
+        return
+    reason = _not_ours(run_id, entry_point)
+    if reason:
+        raise UpstreamError(
+            f"MLFLOW_RUN_ID {run_id} {reason}; only `mlflow run` sets it, for the run it makes: "
+            "unset it (use --resume RUN_ID to continue a run)"
+        )
+
+
+def _not_ours(run_id: str, entry_point: str) -> str:
+    """Why the run ``run_id`` is not a fresh run of ``entry_point`` for this process ('' if it is)."""
+    try:
+        run = mlflow.MlflowClient().get_run(run_id)
+    except mlflow.exceptions.MlflowException:
+        return "names no run in this tracking store"
+    if run.info.status != "RUNNING":
+        return f"names a {run.info.status} run"
+    tags = run.data.tags
+    kind = tags.get(ENTRY_POINT_TAG) or tags.get("mlflow.project.entryPoint")
+    if kind and kind != entry_point:
+        return f"names a run of {kind}, not {entry_point}"
+    if _owned_elsewhere(tags):
+        return f"names a run of process {tags[PID_TAG]} on {tags.get(HOST_TAG)}, which is still RUNNING"
+    return ""
+
+
+def _owned_elsewhere(tags: dict[str, str]) -> bool:
+    """True when another process (alive, or on another host where that cannot be told) owns the run."""
+    pid = tags.get(PID_TAG, "")
+    if not pid.isdigit():
+        return False
+    if tags.get(HOST_TAG) != socket.gethostname():
+        return True
+    return int(pid) != os.getpid() and _process_alive(int(pid), tags.get(PROC_START_TAG, ""))
 
 
 def owner_tags(pid: int | None = None) -> dict[str, str]:
@@ -279,6 +325,7 @@ def _fail_outer_run(err: BaseException, run_id: str) -> None:
         run = client.get_run(run_id)
     except mlflow.exceptions.MlflowException:
         return
-    if run.info.status == "RUNNING":
+    # Never another live step's run (a stray MLFLOW_RUN_ID): that run's process closes it.
+    if run.info.status == "RUNNING" and not _owned_elsewhere(run.data.tags):
         client.set_tag(run_id, FAILURE_TAG, one_line(err))
         client.set_terminated(run_id, "FAILED")
