@@ -124,6 +124,7 @@ def train_one_epoch(
     example_losses: bool = False,
     precision: str = "fp32",
     scaler: torch.amp.GradScaler | None = None,
+    allows: Callable[[int, int, float], bool] | None = None,
 ) -> EpochStats:
     """One pass over ``positions`` (indices into ``split``) in a random order.
 
@@ -131,7 +132,9 @@ def train_one_epoch(
     on the CPU so that it is the same on any device. ``weights`` (N,) on the device, one per
     training position, scale each example's loss (loss-aware pruning); ``example_losses``
     returns each example's loss from its step. ``precision`` (resolved: fp32, bf16, fp16) is
-    the autocast dtype of forward and loss; fp16 needs ``scaler``.
+    the autocast dtype of forward and loss; fp16 needs ``scaler``. ``allows(done, next, s)``,
+    asked before each step with the examples trained so far, the next batch's size and the
+    seconds since the epoch started, ends the epoch early when it says no (a spent budget).
     """
     model.train()
     device = split.x.device
@@ -149,8 +152,12 @@ def train_one_epoch(
         mininterval=1.0,
     )
     lr = lr_at(epoch / epochs)
+    trained = n_batches
     for b in bar:
         idx = order[b * batch_size : (b + 1) * batch_size]
+        if allows is not None and not allows(b * batch_size, len(idx), time.perf_counter() - start):
+            trained = b
+            break
         x = augment_batch(split.x[idx], augment, generator)
         y = split.y[idx]
         lr = lr_at((epoch + b / n_batches) / epochs)
@@ -183,10 +190,11 @@ def train_one_epoch(
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    n = len(order)
-    stats = EpochStats(float(losses.sum()) / n, int(correct) / n, n, n_batches, seconds, lr)
+    n = min(len(order), trained * batch_size)
+    mean = lambda total: float(total) / n if n else math.nan
+    stats = EpochStats(mean(losses.sum()), mean(correct), n, trained, seconds, lr)
     if per_example is not None:
-        stats.order, stats.losses = order.cpu(), per_example.cpu()
+        stats.order, stats.losses = order[:n].cpu(), per_example[:n].cpu()
     return stats
 
 

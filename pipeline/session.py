@@ -191,8 +191,10 @@ def train_and_log(
     entry_point: str,
     val_tiers: torch.Tensor | None = None,
     progress_bar: bool = True,
+    length=None,
 ) -> TrainingOutcome:
-    """Train inside the active MLflow run; ``data`` on the CPU, moved to the device here."""
+    """Train inside the active MLflow run; ``data`` on the CPU, moved to the device here.
+    ``length`` (a ``run_length.RunLength``) stops a FLOPs or seconds run at its budget."""
     device = pick_device(cfg.device)
     seed_everything(cfg.seed, cfg.deterministic)
     mlflow.set_tag("device", str(device))
@@ -231,6 +233,7 @@ def train_and_log(
             on_epoch=log_epoch,
             checkpoint=checkpoint,
             progress_bar=progress_bar,
+            meter=length.meter() if length is not None else None,
         )
         total_s = time.perf_counter() - start
         log_final_artifacts(state, plan, tmp, title=f"{entry_point}: {spec.name}")
@@ -241,7 +244,23 @@ def train_and_log(
             "final/val_acc": state.history[-1]["val/acc"],
         }
     )
+    if length is not None:
+        log_budget(length, state)
     return TrainingOutcome(state, total_s)
+
+
+def log_budget(length, state: FitState) -> None:
+    """What the run was given, what it used, and why it stopped (tag ``stop_reason``)."""
+    budget = length.budget
+    used = {
+        "epochs": float(state.epoch),
+        "flops": state.cumulative_train_flops,
+        "seconds": state.cumulative_s,
+    }[budget.unit]
+    mlflow.log_metrics(
+        {"budget/total": budget.amount, "budget/used": used, "budget/used_fraction": used / budget.amount}
+    )
+    mlflow.set_tags({"budget_unit": budget.unit, "stop_reason": state.stop_reason or "epochs"})
 
 
 def log_final_artifacts(state: FitState, plan: TrainingPlan, tmp: Path, title: str) -> None:

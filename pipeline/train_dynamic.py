@@ -13,12 +13,13 @@ from __future__ import annotations
 import click
 import mlflow
 
-from models.growth import NAMED_SCHEDULES, GrowthEvent, parse_schedule, validate_schedule
+from models.growth import NAMED_SCHEDULES, GrowthEvent, validate_schedule
 from models.spec import ArchSpec, resolve_spec
 from pipeline import plots
 from pipeline.cli import build_config, config_options
 from pipeline.data import Data, DataConfig, load_data
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
+from pipeline.run_length import resolve_run_length, scaled_curriculum, scaled_schedule
 from pipeline.session import RunConfig, TrainingOutcome, prepare_curriculum, train_and_log, training_run
 from pipeline.tracking import GuardedCommand, flat_params, main_guard, scratch_dir
 from pipeline.training import TrainConfig
@@ -31,15 +32,32 @@ def prepare(
     data_cfg: DataConfig,
     train_cfg: TrainConfig,
     growth_cfg: GrowthConfig,
-) -> tuple[Data, ArchSpec, list[GrowthEvent], ArchSpec]:
-    """Validate options, data, start spec and schedule (every stage of it) before training."""
+) -> tuple[Data, ArchSpec]:
+    """Validate options, data and start spec before training (the schedule: ``stages``)."""
     train_cfg.validate()
     growth_cfg.validate()
     data = load_data(data_cfg)
     start = resolve_spec(growth_cfg.start_spec, data.input_shape, data.num_classes)
-    events = parse_schedule(growth_cfg.schedule, train_cfg.epochs)
-    final = validate_schedule(start, events, train_cfg.epochs)
-    return data, start, events, final
+    return data, start
+
+
+def stages(
+    data: Data,
+    start: ArchSpec,
+    growth_cfg: GrowthConfig,
+    curriculum_cfg: DynamicCurriculumConfig,
+    written_for: int,
+):
+    """What a run of ``cfg.epochs`` epochs is: its growth events (every stage checked), final
+    spec and curriculum, each written for ``written_for`` (``--epochs``) and scaled."""
+
+    def build(cfg: TrainConfig) -> tuple[list[GrowthEvent], ArchSpec, object]:
+        events = scaled_schedule(growth_cfg.schedule, written_for, cfg.epochs)
+        final = validate_schedule(start, events, cfg.epochs)
+        diet = scaled_curriculum(curriculum_cfg, written_for, cfg.epochs)
+        return events, final, prepare_curriculum(diet, data, cfg, events)
+
+    return build
 
 
 def schedule_label(schedule: str) -> str:
@@ -55,10 +73,17 @@ def run(
 ) -> TrainingOutcome:
     curriculum_cfg = curriculum_cfg or DynamicCurriculumConfig()
     run_cfg = run_cfg or RunConfig()
-    data, start, events, final = prepare(data_cfg, train_cfg, growth_cfg)
-    setup = prepare_curriculum(curriculum_cfg, data, train_cfg, events)
-    plan = ExperimentPlan(train_cfg, data, events, growth_cfg, setup.curriculum, setup.pruner)
-    params = flat_params(data_cfg, train_cfg, growth_cfg, curriculum_cfg, run_cfg)
+    data, start = prepare(data_cfg, train_cfg, growth_cfg)
+    length = resolve_run_length(
+        train_cfg,
+        data,
+        start,
+        stages(data, start, growth_cfg, curriculum_cfg, train_cfg.epochs),
+        run_cfg.resume,
+    )
+    events, final, setup = length.events, length.final, length.setup
+    plan = ExperimentPlan(length.train_cfg, data, events, growth_cfg, setup.curriculum, setup.pruner)
+    params = {**flat_params(data_cfg, train_cfg, growth_cfg, curriculum_cfg, run_cfg), **length.params()}
     tags = {
         "spec_name": start.name,
         "final_spec": final.to_json(),
@@ -69,8 +94,9 @@ def run(
         outcome = train_and_log(
             data,
             start,
-            train_cfg,
+            length.train_cfg,
             plan,
+            length=length,
             resume_run_id=run_cfg.resume,
             entry_point=ENTRY_POINT,
             val_tiers=setup.val_tiers,
@@ -83,7 +109,7 @@ def run(
                 f"{growth_cfg.schedule} from {start.name}",
             )
             mlflow.log_artifact(str(picture))
-        if outcome.state.model.spec.layers != final.layers:
+        if outcome.state.stop_reason == "epochs" and outcome.state.model.spec.layers != final.layers:
             raise RuntimeError("the grown model differs from the schedule's final spec")
         return outcome
 

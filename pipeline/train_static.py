@@ -14,6 +14,7 @@ from models.spec import ArchSpec, resolve_spec
 from pipeline.cli import build_config, config_options, opt
 from pipeline.data import Data, DataConfig, load_data
 from pipeline.plan import CurriculumConfig, ExperimentPlan
+from pipeline.run_length import resolve_run_length, scaled_curriculum
 from pipeline.session import RunConfig, TrainingOutcome, prepare_curriculum, train_and_log, training_run
 from pipeline.tracking import GuardedCommand, flat_params, main_guard
 from pipeline.training import TrainConfig
@@ -47,9 +48,15 @@ def run(
     curriculum_cfg = curriculum_cfg or CurriculumConfig()
     run_cfg = run_cfg or RunConfig()
     data, spec = prepare(data_cfg, train_cfg, static_cfg)
-    setup = prepare_curriculum(curriculum_cfg, data, train_cfg, events=[])
-    plan = ExperimentPlan(train_cfg, data, curriculum=setup.curriculum, pruner=setup.pruner)
-    params = flat_params(data_cfg, train_cfg, static_cfg, curriculum_cfg, run_cfg)
+
+    def stages(cfg: TrainConfig):
+        diet = scaled_curriculum(curriculum_cfg, train_cfg.epochs, cfg.epochs)
+        return [], spec, prepare_curriculum(diet, data, cfg, events=[])
+
+    length = resolve_run_length(train_cfg, data, spec, stages, run_cfg.resume)
+    setup = length.setup
+    plan = ExperimentPlan(length.train_cfg, data, curriculum=setup.curriculum, pruner=setup.pruner)
+    params = {**flat_params(data_cfg, train_cfg, static_cfg, curriculum_cfg, run_cfg), **length.params()}
     tags = {
         "spec_name": spec.name,
         "final_spec": spec.to_json(),
@@ -60,8 +67,9 @@ def run(
         return train_and_log(
             data,
             spec,
-            train_cfg,
+            length.train_cfg,
             plan,
+            length=length,
             resume_run_id=run_cfg.resume,
             entry_point=ENTRY_POINT,
             val_tiers=setup.val_tiers,

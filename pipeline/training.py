@@ -7,6 +7,7 @@ default plan: no growth, every example, every epoch.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -53,6 +54,11 @@ class TrainConfig:
         "fp16 (CUDA only); weights and optimizer state stay fp32",
     )
     compile: bool = opt(False, "torch.compile the model (recompiled after each growth); see README")
+    budget: str = opt(
+        "",
+        "training budget: empty for --epochs, or 24ep, 3.2e14flops, 600s, run:RUN_ID (its FLOPs; "
+        "run:RUN_ID:s its seconds), optionally *factor; schedules written for --epochs scale to it",
+    )
 
     def validate(self) -> TrainConfig:
         for name in ("epochs", "batch_size", "eval_batch_size"):
@@ -202,6 +208,7 @@ class FitState:
     trace: ArchitectureTrace = field(default_factory=ArchitectureTrace)
     generator: torch.Generator = field(default_factory=torch.Generator)
     precision: str = "fp32"  # resolved (fp32, bf16 or fp16); a resumed run keeps its own
+    stop_reason: str = ""  # "epochs": trained them all; "budget": its budget ran out first
 
 
 def tier_accuracies(result: EvalResult, tiers: torch.Tensor | None, prefix: str) -> dict[str, float]:
@@ -226,11 +233,13 @@ def fit(
     on_epoch: Callable[[int, dict, FitState], None] | None = None,
     checkpoint: Callable[[FitState, TrainingPlan], None] | None = None,
     progress_bar: bool = False,
+    meter=None,
 ) -> FitState:
     """Run epochs ``state.epoch .. cfg.epochs-1``; ``data`` must already be on the device.
 
     ``on_epoch(epoch, metrics, state)`` sees every epoch's metrics (logging, pruning);
-    ``checkpoint`` is called after each finished epoch.
+    ``checkpoint`` is called after each finished epoch. A ``meter`` (``budget.BudgetMeter``)
+    ends training before a step its FLOPs or seconds budget cannot pay for.
     """
     lr_at = lambda progress: cosine_lr(cfg.lr, progress, cfg.warmup)
     flops = flops_per_example(state.model, data.input_shape)
@@ -248,6 +257,11 @@ def fit(
         state.trace.events.extend(events)
         positions = plan.positions(epoch, state.model, data)
         weights = plan.example_weights(epoch)
+        allows = None
+        if meter is not None:
+            meter.spent = state.cumulative_train_flops if meter.budget.unit == "flops" else state.cumulative_s
+            meter.spent += time.perf_counter() - epoch_start if meter.budget.unit == "seconds" else 0.0
+            allows = functools.partial(_budget_allows, meter, flops["train"])
         stats = train_one_epoch(
             forward,
             state.optimizer,
@@ -265,10 +279,17 @@ def fit(
             example_losses=plan.wants_example_losses(epoch),
             precision=state.precision,
             scaler=scaler,
+            allows=allows,
         )
+        if stats.examples == 0:  # the budget could not pay for a single step of this epoch
+            state.stop_reason = "budget"
+            break
         if stats.losses is not None:
             plan.record_losses(stats.order, stats.losses)
+        val_start = time.perf_counter()
         val = evaluate(forward, data.val, cfg.eval_batch_size, precision=state.precision)
+        if meter is not None:
+            meter.reserve_s = time.perf_counter() - val_start
         state.global_step += stats.steps
         state.cumulative_train_flops += flops["train"] * stats.examples
         params = count_parameters(state.model)
@@ -299,7 +320,16 @@ def fit(
             on_epoch(epoch, metrics, state)
         if checkpoint is not None:
             checkpoint(state, plan)
+        if meter is not None and meter.exhausted:
+            state.stop_reason = "budget"
+            break
+    else:
+        state.stop_reason = "epochs"
     return state
+
+
+def _budget_allows(meter, flops_per_train_example: float, done: int, batch: int, elapsed: float) -> bool:
+    return meter.allows(done, batch, flops_per_train_example, elapsed)
 
 
 def _compiled(model: SpecNet, cfg: TrainConfig) -> nn.Module:

@@ -1,0 +1,170 @@
+"""How long a training run trains: its budget resolved to epochs, and everything scaled to them.
+
+Shared by train_static and train_dynamic. The entry point says what a run of E epochs is (its
+growth events, final spec and curriculum, through ``stages``); this module picks E from the
+budget (``pipeline/budget.py``) and returns the run's pieces built for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import mlflow
+import torch
+
+from models.builder import build_model
+from models.flops import flops_per_example
+from models.growth import NAMED_SCHEDULES, GrowthEvent, named_schedule, parse_schedule, spec_at_epoch
+from models.spec import ArchSpec
+from pipeline.budget import (
+    PRUNED_SHARE_PLANNED,
+    RUN_METRICS,
+    Budget,
+    BudgetError,
+    BudgetMeter,
+    calibrate_seconds,
+    epochs_for,
+    parse_budget,
+    scale_epoch,
+)
+from pipeline.data import Data
+from pipeline.loop import pick_device, place_model
+from pipeline.plan import CurriculumConfig
+from pipeline.training import TrainConfig
+
+
+@dataclass
+class RunLength:
+    """A run's budget and the pieces of the run built for the epochs it buys."""
+
+    budget: Budget
+    train_cfg: TrainConfig  # with ``epochs`` = the planned epochs
+    events: list[GrowthEvent]
+    final: ArchSpec
+    setup: object  # the CurriculumSetup built for these epochs
+    planned_cost: float  # in the budget's unit
+
+    @property
+    def epochs(self) -> int:
+        return self.train_cfg.epochs
+
+    def params(self) -> dict[str, str]:
+        """Logged beside the options: runs with the same ``budget_resolved`` are comparable."""
+        return {"budget_resolved": self.budget.describe(), "planned_epochs": str(self.epochs)}
+
+    def meter(self) -> BudgetMeter | None:
+        return None if self.budget.unit == "epochs" else BudgetMeter(self.budget)
+
+
+def run_cost(run_id: str, unit: str) -> float:
+    """The training cost of a FINISHED run in ``unit`` (flops or seconds), for ``run:`` budgets."""
+    try:
+        run = mlflow.MlflowClient().get_run(run_id)
+    except mlflow.exceptions.MlflowException:
+        raise BudgetError(f"--budget run:{run_id}: no such run in this tracking store") from None
+    if run.info.status != "FINISHED":
+        raise BudgetError(
+            f"--budget run:{run_id}: the run is {run.info.status}, not FINISHED; its cost is unknown"
+        )
+    metric = RUN_METRICS[unit]
+    if metric not in run.data.metrics:
+        raise BudgetError(f"--budget run:{run_id}: the run logged no {metric}, so it has no {unit} cost")
+    return float(run.data.metrics[metric])
+
+
+def scaled_schedule(text: str, written_for: int, epochs: int) -> list[GrowthEvent]:
+    """Growth events for an ``epochs``-epoch run: a named schedule is a function of the run
+    length; one written in epochs is written for ``--epochs`` and keeps its fractions."""
+    if text.strip() in NAMED_SCHEDULES:
+        return named_schedule(text.strip(), epochs)
+    return [
+        dataclasses.replace(event, epoch=max(1, scale_epoch(event.epoch, written_for, epochs)))
+        for event in parse_schedule(text, written_for)
+    ]
+
+
+def scaled_curriculum(cfg: CurriculumConfig, written_for: int, epochs: int) -> CurriculumConfig:
+    """``--tier-boundaries`` and ``--prune-from``, written for ``--epochs``, at ``epochs``."""
+    if written_for == epochs:
+        return cfg
+    bounds = cfg.boundaries()
+    return dataclasses.replace(
+        cfg,
+        tier_boundaries=",".join(str(scale_epoch(b, written_for, epochs)) for b in bounds) if bounds else "",
+        prune_from=max(1, scale_epoch(cfg.prune_from, written_for, epochs)) if cfg.prune_from else 0,
+    )
+
+
+Stages = Callable[[TrainConfig], tuple[list[GrowthEvent], ArchSpec, object]]
+
+
+def resolve_run_length(
+    train_cfg: TrainConfig, data: Data, start: ArchSpec, stages: Stages, resume_run_id: str = ""
+) -> RunLength:
+    """Pick the planned epochs for ``train_cfg.budget`` and build the run's pieces for them.
+
+    ``stages(cfg)`` builds (events, final spec, curriculum setup) for ``cfg.epochs`` epochs and
+    raises if they cannot work. A resumed seconds run keeps the epochs it planned (timing again
+    could plan others)."""
+    budget = parse_budget(train_cfg.budget, train_cfg.epochs, run_cost)
+
+    @functools.cache
+    def built(epochs: int):
+        cfg = dataclasses.replace(train_cfg, epochs=epochs)
+        return (cfg, *stages(cfg))
+
+    cost_per_example = _cost_per_example(budget, train_cfg, data)
+
+    @functools.cache
+    def planned_cost(epochs: int) -> float:
+        _cfg, events, _final, setup = built(epochs)
+        total = 0.0
+        for epoch in range(epochs):
+            n = _examples(setup, epoch, epochs, len(data.train))
+            total += n * cost_per_example(spec_at_epoch(start, events, epoch))
+        return total
+
+    if resume_run_id and budget.unit == "seconds":
+        epochs = int(float(mlflow.MlflowClient().get_run(resume_run_id).data.params["planned_epochs"]))
+    else:
+        one_step = train_cfg.batch_size * cost_per_example(start)
+        epochs = epochs_for(budget, planned_cost, one_step)
+    cfg, events, final, setup = built(epochs)
+    cost = planned_cost(epochs) if budget.unit != "epochs" else float(epochs)
+    return RunLength(budget, cfg, events, final, setup, cost)
+
+
+def _examples(setup, epoch: int, epochs: int, n_train: int) -> float:
+    """The examples epoch ``epoch`` plans to train on: the curriculum's, less expected pruning."""
+    curriculum, pruner = getattr(setup, "curriculum", None), getattr(setup, "pruner", None)
+    n = float(curriculum.count(epoch, epochs)) if curriculum is not None else float(n_train)
+    if pruner is not None and pruner.active(epoch, epochs):
+        n *= 1 - pruner.rate * PRUNED_SHARE_PLANNED
+    return n
+
+
+def _cost_per_example(budget: Budget, train_cfg: TrainConfig, data: Data) -> Callable[[ArchSpec], float]:
+    """The budget unit's cost of training one example on a spec: its training FLOPs, or its
+    measured seconds (timed once per spec on the run's device)."""
+
+    @functools.cache
+    def flops(spec_json: str) -> float:
+        model = build_model(ArchSpec.from_dict(json.loads(spec_json)))
+        return float(flops_per_example(model, data.input_shape)["train"])
+
+    @functools.cache
+    def seconds(spec_json: str) -> float:
+        device = pick_device(train_cfg.device)
+        model = place_model(build_model(ArchSpec.from_dict(json.loads(spec_json))), device)
+        batch = min(train_cfg.batch_size, len(data.train))
+        x, y = data.train.x[:batch].to(device), data.train.y[:batch].to(device)
+        with torch.random.fork_rng(devices=[]):
+            return calibrate_seconds(model, x, y)
+
+    if budget.unit == "seconds":
+        return lambda spec: seconds(spec.to_json())
+    return lambda spec: flops(spec.to_json())

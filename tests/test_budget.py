@@ -1,0 +1,129 @@
+"""Training budgets: parsing, the epochs a budget buys, scaling of schedules, and real runs that
+spend what they were given and no more."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+
+from models.growth import named_schedule
+from pipeline import train_dynamic, train_static
+from pipeline.budget import Budget, BudgetError, BudgetMeter, epochs_for, parse_budget, scale_epoch
+from pipeline.data import DataConfig
+from pipeline.plan import DynamicCurriculumConfig, GrowthConfig
+from pipeline.run_length import scaled_schedule
+from pipeline.session import RunConfig
+from pipeline.train_static import StaticConfig
+from pipeline.training import TrainConfig
+
+DATA = DataConfig(subset=600)
+QUIET = RunConfig(progress=False)
+
+
+@pytest.mark.parametrize(
+    ("text", "unit", "amount"),
+    [("", "epochs", 12), ("24ep", "epochs", 24), ("3.2e14flops", "flops", 3.2e14), ("600s", "seconds", 600)],
+)
+def test_budgets_parse_to_unit_and_amount(text, unit, amount):
+    assert parse_budget(text, 12) == Budget(unit, amount, text)
+
+
+def test_a_run_budget_is_that_runs_cost_times_the_factor():
+    costs = {("abc", "flops"): 1e12, ("abc", "seconds"): 30.0}
+    lookup = lambda run_id, unit: costs[(run_id, unit)]
+    assert parse_budget("run:abc", 12, lookup).amount == 1e12
+    assert parse_budget("run:abc*1.5", 12, lookup) == Budget("flops", 1.5e12, "run:abc*1.5")
+    assert parse_budget("run:abc:s", 12, lookup) == Budget("seconds", 30.0, "run:abc:s")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("12 parsecs", "use a number with a unit"),
+        ("0flops", "must be positive"),
+        ("-5s", "use a number with a unit"),
+        ("2.5ep", "epochs must be a whole number"),
+        ("run:abc:ep", "the cost of a run is its flops or its s"),
+    ],
+)
+def test_bad_budgets_are_refused_by_name(text, message):
+    with pytest.raises(BudgetError, match=message):
+        parse_budget(text, 12, lambda run_id, unit: 1.0)
+
+
+def test_the_epochs_a_budget_buys_are_the_most_that_fit():
+    cost = lambda epochs: 10.0 * epochs  # 10 FLOPs an epoch
+    assert epochs_for(Budget("flops", 35.0, "35flops"), cost, one_step=1.0) == 3
+    assert epochs_for(Budget("flops", 40.0, "40flops"), cost, one_step=1.0) == 4
+    assert epochs_for(Budget("flops", 5.0, "5flops"), cost, one_step=1.0) == 1  # a part of one epoch
+    with pytest.raises(BudgetError, match="less than one training step"):
+        epochs_for(Budget("flops", 0.5, "0.5flops"), cost, one_step=1.0)
+
+
+def test_the_meter_refuses_the_step_that_would_overrun():
+    meter = BudgetMeter(Budget("flops", 100.0, "100flops"), spent=60.0)
+    assert meter.allows(examples_done=30, next_batch=10, flops_per_example=1.0, elapsed_s=0)  # 100
+    assert not meter.exhausted
+    assert not meter.allows(examples_done=40, next_batch=10, flops_per_example=1.0, elapsed_s=0)  # 110
+    assert meter.exhausted
+
+
+def test_a_schedule_written_for_12_epochs_means_the_same_at_24():
+    events = scaled_schedule("3:conv(64)@after:pool1;9:residual", 12, 24)
+    assert [e.epoch for e in events] == [6, 18]
+    assert scale_epoch(3, 12, 12) == 3
+    # A named schedule is a function of the run length already.
+    assert [e.epoch for e in scaled_schedule("default", 12, 24)] == [6, 6, 6]
+
+
+@pytest.mark.slow
+def test_a_flops_budget_trains_until_spent_and_never_more(tracking):
+    static = train_static.run(DATA, TrainConfig(epochs=3, seed=1), StaticConfig(spec="tiny"), run_cfg=QUIET)
+    spent = static.state.cumulative_train_flops
+    # Half the static run's FLOPs: at most half, and most of it (whole epochs of equal cost).
+    half = train_static.run(
+        DATA,
+        TrainConfig(epochs=3, seed=1, budget=f"{spent / 2}flops"),
+        StaticConfig(spec="tiny"),
+        run_cfg=QUIET,
+    )
+    assert half.state.cumulative_train_flops <= spent / 2
+    assert half.state.epoch == 1  # 1.5 epochs' worth buys one whole epoch
+    run = mlflow.last_active_run()
+    assert run.data.params["budget_resolved"] == f"{spent / 2:.6g} flops"
+    assert run.data.params["planned_epochs"] == "1"
+    assert run.data.tags["stop_reason"] == "epochs" and run.data.tags["budget_unit"] == "flops"
+    assert run.data.metrics["budget/used_fraction"] == pytest.approx(
+        half.state.cumulative_train_flops / (spent / 2)
+    )
+
+
+@pytest.mark.slow
+def test_a_dynamic_run_at_the_cost_of_a_static_run_trains_more_epochs_within_it(tracking):
+    static = train_static.run(
+        DATA, TrainConfig(epochs=8, seed=2), StaticConfig(spec="default"), run_cfg=QUIET
+    )
+    static_id = mlflow.last_active_run().info.run_id
+    dynamic = train_dynamic.run(
+        DATA,
+        TrainConfig(epochs=8, seed=2, budget=f"run:{static_id}"),
+        GrowthConfig(),
+        DynamicCurriculumConfig(pacing="none", prune=0.0),
+        QUIET,
+    )
+    budget = static.state.cumulative_train_flops
+    assert dynamic.state.cumulative_train_flops <= budget
+    assert dynamic.state.epoch > 8  # the cheaper start network buys extra epochs
+    assert dynamic.state.cumulative_train_flops > 0.85 * budget
+    # The growth schedule followed the run length: the default grows a quarter of the way in.
+    grown_at = {event["applied_at_epoch"] for event in dynamic.state.trace.events}
+    assert grown_at == {e.epoch for e in named_schedule("default", dynamic.state.epoch)}
+
+
+def test_a_budget_of_an_unfinished_run_is_refused(tracking):
+    with mlflow.start_run() as active:
+        pass
+    client = mlflow.MlflowClient()
+    client.set_terminated(active.info.run_id, "FAILED")
+    with pytest.raises(BudgetError, match="is FAILED, not FINISHED"):
+        train_static.run(DATA, TrainConfig(budget=f"run:{active.info.run_id}"), StaticConfig(), run_cfg=QUIET)
