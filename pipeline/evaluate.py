@@ -35,6 +35,7 @@ from pipeline import report
 from pipeline.cli import build_config, config_options, opt
 from pipeline.data import Data, DataConfig, Split, load_data
 from pipeline.loop import evaluate as evaluate_split
+from pipeline.loop import pick_device
 from pipeline.scores import load_scores
 from pipeline.session import MODEL_ARTIFACT_DIR, MODEL_FILE, find_scores_run
 from pipeline.tracking import GuardedCommand, UpstreamError, flat_params, main_guard, scratch_dir, tracked_run
@@ -158,6 +159,17 @@ def select_runs(cfg: EvaluateConfig) -> list[str]:
     return [r.info.run_id for r in runs]
 
 
+def inference_device(name: str) -> torch.device:
+    """``--device`` as a device this machine has (``auto`` as training resolves it)."""
+    device = pick_device(name)
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UpstreamError(
+            f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s); "
+            "use cuda:0 .. cuda:N-1, or cpu"
+        )
+    return device
+
+
 def data_config_of(run: mlflow.entities.Run) -> DataConfig:
     params = run.data.params
     try:
@@ -192,7 +204,7 @@ def evaluate_run(run_id: str, cfg: EvaluateConfig, data_cache: dict, tmp: Path) 
         path = client.download_artifacts(run_id, f"{MODEL_ARTIFACT_DIR}/{MODEL_FILE}", str(dest))
     except (mlflow.exceptions.MlflowException, OSError):
         raise UpstreamError(f"run {run_id} has no {MODEL_ARTIFACT_DIR}/{MODEL_FILE} artifact") from None
-    device = torch.device(cfg.device)
+    device = inference_device(cfg.device)
     model = load_model(path, device)
     test = data.test.to(device)
     metrics, per_class, confusion = compute_test_metrics(model, test, tiers, data.classes, cfg.batch_size)
@@ -216,6 +228,7 @@ def evaluate_run(run_id: str, cfg: EvaluateConfig, data_cache: dict, tmp: Path) 
 def run(cfg: EvaluateConfig) -> str:
     if cfg.batch_size < 1:
         raise UpstreamError(f"--batch-size must be positive, got {cfg.batch_size}")
+    inference_device(cfg.device)  # before any run is opened or model downloaded
     run_ids = select_runs(cfg)
     with tracked_run(ENTRY_POINT, flat_params(cfg)) as active:
         mlflow.log_param("evaluated_runs", ",".join(run_ids)[:6000])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import click
 import mlflow
@@ -87,13 +89,27 @@ def tracked_run(
     tags: dict[str, str] | None = None,
 ) -> Iterator[mlflow.ActiveRun]:
     """Open (or, under ``mlflow run`` or ``--resume``, reopen) the step's run and close it honestly."""
-    for stale in fail_stale_runs():
-        click.echo(f"marked run {stale} FAILED: its process died while it was RUNNING", err=True)
-    if run_id is None:  # MLflow would reopen the run MLFLOW_RUN_ID names, whatever it is
-        check_outer_run(entry_point)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    run = mlflow.start_run(run_id=run_id, run_name=None if run_id else run_name)
+    # MLflow logs a store error with its whole traceback before raising it; a read-only store
+    # is said in one line below, and any other error is raised with its traceback anyway.
+    quiet = logging.getLogger("mlflow.store.db.utils")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
     try:
+        for stale in fail_stale_runs():
+            click.echo(f"marked run {stale} FAILED: its process died while it was RUNNING", err=True)
+        if run_id is None:  # MLflow would reopen the run MLFLOW_RUN_ID names, whatever it is
+            check_outer_run(entry_point)
+        run = mlflow.start_run(run_id=run_id, run_name=None if run_id else run_name)
+    except mlflow.exceptions.MlflowException as err:
+        store_error = _unwritable(err, f"tracking store {mlflow.get_tracking_uri()}")
+        if store_error is None:
+            raise
+        raise store_error from None
+    finally:
+        quiet.setLevel(level)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        check_artifact_store(run.info.artifact_uri)
         mlflow.set_tags(
             {ENTRY_POINT_TAG: entry_point, "code_version": code_version(), **owner_tags(), **(tags or {})}
         )
@@ -293,6 +309,64 @@ class GuardedCommand(click.Command):
             sys.exit(2)
 
 
+class TrackingStoreError(UpstreamError):
+    """The tracking store cannot be reached or written; the message says what to do."""
+
+
+PROBE_TIMEOUT_S = 5.0  # MLflow's own retries take about 4 minutes before a traceback
+_UNWRITABLE = ("readonly", "read-only", "permission denied", "not permitted")
+
+
+def check_tracking_store() -> None:
+    """Fail fast when the tracking server does not answer: connect to it once, briefly."""
+    uri = mlflow.get_tracking_uri()
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("http", "https"):
+        return
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        socket.create_connection((parsed.hostname or "localhost", port), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as err:
+        raise TrackingStoreError(
+            f"tracking server {uri} is unreachable ({err.strerror or err}): start it, or point "
+            "MLFLOW_TRACKING_URI at a running server or a local store (sqlite:///mlflow.db)"
+        ) from None
+
+
+def _unwritable(err: BaseException, what: str) -> TrackingStoreError | None:
+    """A TrackingStoreError for ``err`` when it says the store is read-only, else None."""
+    lines = [
+        line.strip()
+        for e in (err, err.__cause__, err.__context__)
+        if e is not None
+        for line in str(e).splitlines()
+        if any(word in line.lower() for word in _UNWRITABLE)
+    ]
+    if not lines and not isinstance(err, PermissionError):
+        return None
+    return TrackingStoreError(
+        f"{what} cannot be written ({(lines or [one_line(err)])[0][:120]}): make it writable, or "
+        "point MLFLOW_TRACKING_URI at a writable store"
+    )
+
+
+def check_artifact_store(artifact_uri: str) -> None:
+    """Write and remove a probe file where a local run's artifacts go, before any training."""
+    parsed = urlparse(artifact_uri)
+    if parsed.scheme not in ("", "file"):
+        return  # remote artifact stores answer for themselves
+    folder = Path(parsed.path if parsed.scheme else artifact_uri)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-"):
+            pass
+    except OSError as err:
+        raise TrackingStoreError(
+            f"artifact store {folder} cannot be written ({err.strerror or err}): make it writable, "
+            "or create the experiment with a writable --artifact-location"
+        ) from None
+
+
 def main_guard(fn):
     """Wrap a click command body: user errors become one line on stderr and exit status 2."""
     import functools
@@ -302,6 +376,11 @@ def main_guard(fn):
         # Read now: MLflow clears the variable when a run ends, and with --resume the run
         # that ends is not the one `mlflow run` made for this step.
         outer_run_id = os.environ.get("MLFLOW_RUN_ID", "")
+        try:
+            check_tracking_store()
+        except TrackingStoreError as err:  # nothing can be recorded: no run to fail
+            click.echo(f"error: {one_line(err)}", err=True)
+            sys.exit(2)
         try:
             return fn(*args, **kwargs)
         except user_errors() as err:
@@ -322,10 +401,14 @@ def _fail_outer_run(err: BaseException, run_id: str) -> None:
         return
     client = mlflow.MlflowClient()
     try:
+        check_tracking_store()
         run = client.get_run(run_id)
-    except mlflow.exceptions.MlflowException:
+    except (mlflow.exceptions.MlflowException, TrackingStoreError):
         return
     # Never another live step's run (a stray MLFLOW_RUN_ID): that run's process closes it.
     if run.info.status == "RUNNING" and not _owned_elsewhere(run.data.tags):
-        client.set_tag(run_id, FAILURE_TAG, one_line(err))
-        client.set_terminated(run_id, "FAILED")
+        try:
+            client.set_tag(run_id, FAILURE_TAG, one_line(err))
+            client.set_terminated(run_id, "FAILED")
+        except mlflow.exceptions.MlflowException:
+            pass  # a read-only store: the error line is all that can be said

@@ -81,6 +81,7 @@ CASES = [
     ),
     Case("evaluate a run that does not exist", "evaluate", ("--runs", "f" * 32), "does not exist"),
     Case("evaluate a scores run", "evaluate", ("--runs", "{scores}"), "not a training run"),
+    Case("evaluate on a device this machine lacks", "evaluate", ("--device", "cuda:99"), "--device cuda:99"),
     Case("resume a run that does not exist", STATIC, (*SCORED, "--resume", "e" * 32), "no such run"),
     Case(
         "resume a run of the wrong entry point",
@@ -319,6 +320,7 @@ def test_the_table_covers_what_the_issue_lists():
         "without a checkpoint",
         "truncated checkpoint",
         "model file unlike its spec",
+        "a device this machine lacks",
         "resume with another spec",
         "resume with another learning rate",
         "resume with another subset",
