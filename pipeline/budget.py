@@ -158,7 +158,7 @@ class BudgetMeter:
             cost = self.spent + elapsed_s + self.reserve_s
         else:
             return True
-        if cost > self.budget.amount:
+        if cost > self.budget.amount * (1 + 1e-9):  # float sums of exact costs may round up
             self.exhausted = True
             return False
         return True

@@ -1,0 +1,238 @@
+"""Benchmark: test accuracy against training cost, static against the default dynamic variant.
+
+    .venv/bin/python scripts/bench_frontier.py                    # seeds 100-104, full data
+
+Growth papers state their gains at equal compute: the time a growing network saves can buy
+more training. This trains, per seed and side by side (arms in a random order per seed):
+
+- ``static``: train_static on the default spec at budgets of ``--fractions`` (1/4, 1/2, 3/4, 1,
+  3/2) of the static 12-epoch run's training FLOPs (so 3, 6, 9, 12 and 18 epochs);
+- ``dynamic``: train_dynamic (default schedule and curriculum) at the same FLOPs budgets: its
+  cheaper epochs buy more of them, and its schedule, curriculum and learning rate scale with
+  the epochs the budget buys (``--budget``);
+- ``dynamic-12ep``: train_dynamic at the static run's 12 epochs (the equal-epochs comparison).
+
+Every run is evaluated on the test split through ``evaluate`` (the pipeline's own step). The
+output (``--output-dir``: ``frontier.json``, ``frontier.png``) holds per arm and budget the mean
+test accuracy with its 95% interval over seeds, mean training wall-clock (``time/cumulative_s``:
+the epoch loop with its validation passes, not MLflow logging) and training FLOPs, and prints
+
+(a) the wall-clock ratio at which dynamic first reaches static-12's mean test accuracy (linear
+    interpolation along dynamic's mean frontier; the FLOPs ratio beside it);
+(b) the paired test-accuracy difference dynamic - static at static-12's cost, with its CI;
+(c) the same at equal epochs (dynamic-12ep against static-12), with the wall-clock ratio.
+
+score_difficulty's cost (which the dynamic arms' curriculum needs) is reported beside, charged
+to one run and amortised over the benchmark's dynamic runs. Seeds 0-2 chose the defaults and
+are refused. Wall-clock comparisons hold only within one machine: the JSON records which.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+import click
+import matplotlib
+import mlflow
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
+
+from models.builder import build_model
+from models.flops import flops_per_example
+from models.spec import resolve_spec
+from pipeline import evaluate, score_difficulty, train_dynamic, train_static
+from pipeline.data import DataConfig, load_data
+from pipeline.loop import pick_device
+from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
+from pipeline.session import RunConfig
+from pipeline.stats import paired_test, summary
+from pipeline.training import TrainConfig
+from scripts.bench_dynamic import REPORT_SEEDS, TUNING_SEEDS, machine, scoring_cost
+
+REFERENCE_EPOCHS = 12
+SUMMARISED = ("test_acc", "train_s", "flops", "epochs")
+
+
+def run_one(call) -> dict:
+    outcome = call()
+    run = mlflow.last_active_run()
+    return {
+        "run_id": run.info.run_id,
+        "epochs": outcome.state.epoch,
+        "val_acc": outcome.state.history[-1]["val/acc"],
+        "train_s": outcome.state.cumulative_s,
+        "flops": outcome.state.cumulative_train_flops,
+        "stop_reason": outcome.state.stop_reason,
+        "loadavg_before": list(os.getloadavg()),
+    }
+
+
+def first_match(times: list[float], accs: list[float], target: float) -> float:
+    """The first cost at which the piecewise-linear frontier (times ascending) reaches ``target``."""
+    for i, (t, a) in enumerate(zip(times, accs)):
+        if a >= target:
+            if i == 0:
+                return t
+            t0, a0 = times[i - 1], accs[i - 1]
+            return t0 + (t - t0) * (target - a0) / (a - a0)
+    return float("nan")
+
+
+def plot(frontier: dict, reference: dict, path: Path, title: str) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    colours = {"static": "#1f77b4", "dynamic": "#d62728", "dynamic-12ep": "#2ca02c"}
+    for ax, key, label in (
+        (axes[0], "train_s", "training wall-clock (s)"),
+        (axes[1], "flops", "training FLOPs"),
+    ):
+        for arm, points in frontier.items():
+            xs = [p[key]["mean"] for p in points]
+            ys = [100 * p["test_acc"]["mean"] for p in points]
+            err = [100 * (p["test_acc"]["ci_high"] - p["test_acc"]["mean"]) for p in points]
+            marker = "s" if arm == "dynamic-12ep" else "o"
+            ax.errorbar(xs, ys, yerr=err, marker=marker, capsize=3, color=colours[arm], label=arm)
+        ax.axhline(100 * reference["test_acc"]["mean"], color="grey", ls=":", lw=1, label="static-12 mean")
+        ax.axvline(reference[key]["mean"], color="grey", ls="--", lw=1, label="static-12 cost")
+        ax.set_xlabel(label)
+        ax.set_ylabel("test accuracy (%), mean and 95% CI")
+        ax.grid(alpha=0.3)
+    axes[1].set_xscale("log")
+    axes[0].legend(loc="lower right", fontsize=8)
+    fig.suptitle(title)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+@click.command()
+@click.option("--seeds", default=REPORT_SEEDS, show_default=True, help="seeds to report (not 0-2)")
+@click.option("--fractions", default="0.25,0.5,0.75,1,1.5", show_default=True, help="of static-12's FLOPs")
+@click.option("--subset", default=0, show_default=True, help="0: full Fashion-MNIST")
+@click.option("--data-dir", default="", help="where the dataset files are")
+@click.option("--scores-run", default="", help="reuse this score_difficulty run")
+@click.option("--output-dir", default="reports/frontier", show_default=True)
+def main(seeds: str, fractions: str, subset: int, data_dir: str, scores_run: str, output_dir: str) -> None:
+    seed_list = [int(s) for s in seeds.split(",")]
+    if set(seed_list) & set(TUNING_SEEDS):
+        raise click.UsageError(f"--seeds {seeds}: seeds {TUNING_SEEDS} chose the defaults; report on others")
+    os.environ.pop("MLFLOW_RUN_ID", None)
+    mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
+    mlflow.set_experiment("bench_frontier")
+    data_cfg = DataConfig(subset=subset, data_dir=data_dir)
+    data = load_data(data_cfg)
+    final = resolve_spec("default", data.input_shape, data.num_classes)
+    per_example = flops_per_example(build_model(final), data.input_shape)["train"]
+    static_12 = per_example * len(data.train) * REFERENCE_EPOCHS  # exact: every example, every epoch
+    shares = [float(f) for f in fractions.split(",")]
+    measured = None
+    if not scores_run:
+        start = time.perf_counter()
+        scores_run = score_difficulty.run(data_cfg, score_difficulty.ScoreConfig())
+        measured = time.perf_counter() - start
+    scoring = scoring_cost(scores_run, data, measured)
+    quiet = RunConfig(progress=False)
+    static_cfg = train_static.StaticConfig(spec=final.to_json())
+    arms = [("static", f) for f in shares] + [("dynamic", f) for f in shares] + [("dynamic-12ep", 1.0)]
+    runs = []
+    for seed in seed_list:
+        order = list(arms)
+        random.Random(seed).shuffle(order)
+        for arm, share in order:
+            budget = "" if arm == "dynamic-12ep" else f"{share * static_12:.17g}flops"
+            train = TrainConfig(epochs=REFERENCE_EPOCHS, seed=seed, budget=budget)
+            if arm == "static":
+                call = lambda train=train: train_static.run(
+                    data_cfg, train, static_cfg, CurriculumConfig(scores_run=scores_run), quiet
+                )
+            else:
+                call = lambda train=train: train_dynamic.run(
+                    data_cfg, train, GrowthConfig(), DynamicCurriculumConfig(scores_run=scores_run), quiet
+                )
+            row = {"seed": seed, "arm": arm, "fraction": share, "budget": budget, **run_one(call)}
+            runs.append(row)
+            print(json.dumps(row), flush=True)
+    evaluate_run = evaluate.run(evaluate.EvaluateConfig(runs=",".join(r["run_id"] for r in runs)))
+    client = mlflow.MlflowClient()
+    for row in runs:
+        row["test_acc"] = client.get_run(row["run_id"]).data.metrics["test/acc"]
+
+    def cell(arm: str, share: float) -> list[dict]:
+        return sorted(
+            (r for r in runs if r["arm"] == arm and r["fraction"] == share), key=lambda r: r["seed"]
+        )
+
+    frontier = {
+        arm: [
+            {
+                "fraction": share,
+                **{
+                    k: summary([r[k] for r in cell(arm, share)])
+                    for k in ("test_acc", "train_s", "flops", "epochs")
+                },
+            }
+            for share in (shares if arm != "dynamic-12ep" else [1.0])
+        ]
+        for arm in ("static", "dynamic", "dynamic-12ep")
+    }
+    reference = next(p for p in frontier["static"] if p["fraction"] == 1.0)
+    target = reference["test_acc"]["mean"]
+    dyn = frontier["dynamic"]
+    matched_s = first_match([p["train_s"]["mean"] for p in dyn], [p["test_acc"]["mean"] for p in dyn], target)
+    matched_f = first_match([p["flops"]["mean"] for p in dyn], [p["test_acc"]["mean"] for p in dyn], target)
+    acc = lambda arm, share: [r["test_acc"] for r in cell(arm, share)]
+    at_cost = paired_test(acc("dynamic", 1.0), acc("static", 1.0))
+    at_epochs = paired_test(acc("dynamic-12ep", 1.0), acc("static", 1.0))
+    time_12 = [d["train_s"] / s["train_s"] for d, s in zip(cell("dynamic-12ep", 1.0), cell("static", 1.0))]
+    n_dynamic = sum(r["arm"] != "static" for r in runs)
+    result = {
+        "seeds": seed_list,
+        "seeds_that_chose_the_defaults": list(TUNING_SEEDS),
+        "device": str(pick_device("auto")),
+        "platform": platform.platform(),
+        "machine": machine(),
+        "subset": subset,
+        "static_12_flops": static_12,
+        "accuracy": f"test split through evaluate (run {evaluate_run})",
+        "clock": "time/cumulative_s: epoch loop with validation passes; not MLflow logging or checkpoints",
+        "score_difficulty": scoring,
+        "score_difficulty_amortised_per_dynamic_run": {
+            "seconds": scoring["seconds"] / n_dynamic,
+            "flops": scoring["flops"] / n_dynamic,
+        },
+        "frontier": frontier,
+        "a_wallclock_ratio_to_match_static_12": matched_s / reference["train_s"]["mean"],
+        "a_flops_ratio_to_match_static_12": matched_f / reference["flops"]["mean"],
+        "b_test_points_at_static_12_cost": {k: 100 * at_cost[k] for k in ("mean_diff", "ci_low", "ci_high")},
+        "b_test": at_cost,
+        "c_test_points_at_equal_epochs": {k: 100 * at_epochs[k] for k in ("mean_diff", "ci_low", "ci_high")},
+        "c_wallclock_ratio_at_equal_epochs": summary(time_12),
+        "runs": runs,
+    }
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "frontier.json").write_text(json.dumps(result, indent=2))
+    title = f"Fashion-MNIST ({subset or 'full'}), seeds {seeds}, {result['device']}"
+    plot(frontier, reference, out / "frontier.png", title)
+    b, c = result["b_test_points_at_static_12_cost"], result["c_test_points_at_equal_epochs"]
+    print(
+        f"(a) dynamic reaches static-12's mean test accuracy ({100 * target:.2f}%) at "
+        f"{result['a_wallclock_ratio_to_match_static_12']:.2f}x its wall-clock "
+        f"({result['a_flops_ratio_to_match_static_12']:.2f}x its FLOPs)\n"
+        f"(b) at static-12's FLOPs: dynamic - static = {b['mean_diff']:+.2f} points "
+        f"(95% CI {b['ci_low']:+.2f} to {b['ci_high']:+.2f})\n"
+        f"(c) at 12 epochs: dynamic - static = {c['mean_diff']:+.2f} points "
+        f"(95% CI {c['ci_low']:+.2f} to {c['ci_high']:+.2f}) in "
+        f"{result['c_wallclock_ratio_at_equal_epochs']['mean']:.2f}x the wall-clock"
+    )
+
+
+if __name__ == "__main__":
+    main()
