@@ -3,11 +3,14 @@ step is reused and nothing is trained again."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+from pathlib import Path
 
 import mlflow
 import pytest
 
+from models.spec import ArchSpec
 from tests.conftest import mlflow_run
 
 pytestmark = pytest.mark.slow
@@ -25,7 +28,14 @@ def _runs(experiment_id: str, entry_point: str) -> list:
     return mlflow.search_runs([experiment_id], f"tags.entry_point = '{entry_point}'", output_format="list")
 
 
-def test_main_runs_the_study_and_a_second_run_reuses_every_step(tracking):
+def _logged_spec(run_id: str, tmp_path: Path) -> ArchSpec:
+    path = mlflow.artifacts.download_artifacts(
+        run_id=run_id, artifact_path="model/spec.json", dst_path=str(tmp_path / run_id)
+    )
+    return ArchSpec.from_dict(json.loads(Path(path).read_text()))
+
+
+def test_main_runs_the_study_and_a_second_run_reuses_every_step(tracking, tmp_path):
     experiment_id = mlflow.get_experiment_by_name("test").experiment_id
     first = _main(tracking, experiment_id)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -41,6 +51,12 @@ def test_main_runs_the_study_and_a_second_run_reuses_every_step(tracking):
         assert run.data.tags["mlflow.parentRunId"] == main_run.info.run_id
         assert 0.1 < run.data.metrics["test/acc"] <= 1
         assert {"test/acc_easy", "test/acc_medium", "test/acc_hard"} <= set(run.data.metrics)
+    # The matched baseline trains exactly what the dynamic runs grew into (their logged models).
+    specs = {run.data.tags["entry_point"]: set() for run in training}
+    for run in training:
+        spec = _logged_spec(run.info.run_id, tmp_path)
+        specs[run.data.tags["entry_point"]].add(json.dumps([spec.input_shape, spec.layers], sort_keys=True))
+    assert len(specs["train_dynamic"]) == 1 and specs["train_static"] == specs["train_dynamic"]
     variants = {run.data.tags["variant"] for run in training}
     assert len(variants) == STEPS - 2  # static, and dynamic without, with and against the curriculum
     (evaluation,) = _runs(experiment_id, "evaluate")
