@@ -47,9 +47,11 @@ from optuna.trial import TrialState
 
 from models.spec import resolve_spec
 from pipeline import search_space, study_report
+from pipeline.budget import parse_budget
 from pipeline.cli import build_config, config_options, opt, option_name
 from pipeline.data import Data, DataConfig, load_data
 from pipeline.plan import DynamicCurriculumConfig
+from pipeline.run_length import run_cost
 from pipeline.session import find_scores_run, prepare_curriculum
 from pipeline.study import (
     ENTRY_POINT,
@@ -288,6 +290,7 @@ def run(
     data_cfg: DataConfig, train_cfg: TrainConfig, space_cfg: SpaceConfig, study_cfg: StudyConfig
 ) -> optuna.Study:
     train_cfg.validate()
+    parse_budget(train_cfg.budget, train_cfg.epochs, run_cost)  # a bad budget fails before any trial
     study_cfg.validate()
     if space_cfg.lr_factor < 1:
         raise ConfigError(f"--lr-factor must be >= 1, got {space_cfg.lr_factor}")

@@ -19,14 +19,16 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from models.growth import GrowthError
+from models.growth import GrowthError, validate_schedule
 from models.spec import resolve_spec
 from pipeline import search_space, study_report
+from pipeline.budget import scale_epoch
 from pipeline.curriculum import CurriculumError
 from pipeline.data import Data, DataConfig
 from pipeline.loop import DivergenceError, pick_device, seed_everything
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig, curriculum_pruning
 from pipeline.pruning import PruningError
+from pipeline.run_length import resolve_run_length
 from pipeline.session import prepare_curriculum
 from pipeline.study import (
     ENTRY_POINT,
@@ -198,9 +200,17 @@ class Worker:
         growth_cfg: GrowthConfig,
         curriculum_cfg: DynamicCurriculumConfig,
     ) -> float | tuple[float, float]:
+        def stages(cfg: TrainConfig):  # the candidate's events are written for --epochs
+            events = [
+                dataclasses.replace(e, epoch=max(1, scale_epoch(e.epoch, train_cfg.epochs, cfg.epochs)))
+                for e in candidate.events
+            ]
+            final = validate_schedule(self.start, events, cfg.epochs)
+            return events, final, prepare_curriculum(curriculum_cfg, self.data, cfg, events)
+
         try:
-            final = search_space.check(candidate, self.start, train_cfg.epochs)
-            setup = prepare_curriculum(curriculum_cfg, self.data, train_cfg, list(candidate.events))
+            length = resolve_run_length(train_cfg, self.data, self.start, stages)
+            train_cfg, events, final, setup = length.train_cfg, length.events, length.final, length.setup
         except (GrowthError, CurriculumError, PruningError) as err:  # never trained: say why, spend nothing
             reason = one_line(err)
             trial.set_user_attr(study_report.ATTR_INVALID, reason)
@@ -210,9 +220,8 @@ class Worker:
         run.set_tags(
             {"final_spec": final.to_json(), "final_arch": search_space.describe(final), **setup.tags()}
         )
-        plan = ExperimentPlan(
-            train_cfg, self.on_device, list(candidate.events), growth_cfg, setup.curriculum, setup.pruner
-        )
+        run.log_params(length.params())
+        plan = ExperimentPlan(train_cfg, self.on_device, events, growth_cfg, setup.curriculum, setup.pruner)
         seed_everything(train_cfg.seed, train_cfg.deterministic)
         state = new_state(self.start, train_cfg, self.device)
         val_tiers = setup.val_tiers
@@ -231,7 +240,15 @@ class Worker:
                     )
 
         try:
-            fit(state, self.on_device, train_cfg, plan, val_tiers=val_tiers, on_epoch=on_epoch)
+            fit(
+                state,
+                self.on_device,
+                train_cfg,
+                plan,
+                val_tiers=val_tiers,
+                on_epoch=on_epoch,
+                meter=length.meter(),
+            )
         except DivergenceError as err:  # these choices (typically the lr) cannot train: prune, say where
             reason = f"diverged: {err}"
             trial.set_user_attr(study_report.ATTR_FAIL, reason)
