@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
 import mlflow
 import pandas as pd
 import torch
@@ -29,7 +30,17 @@ from pipeline.loop import pick_device, seed_everything
 from pipeline.plan import CurriculumConfig, growth_boundaries
 from pipeline.pruning import LossPruner, PruningError
 from pipeline.scores import load_scores
-from pipeline.tracking import UpstreamError, log_dataset, log_json, scratch_dir, tracked_run
+from pipeline.tracking import (
+    HOST_TAG,
+    PID_TAG,
+    UpstreamError,
+    log_dataset,
+    log_json,
+    owned_elsewhere,
+    resume_lock,
+    scratch_dir,
+    tracked_run,
+)
 from pipeline.training import (
     FitState,
     TrainConfig,
@@ -101,14 +112,24 @@ def check_resumable(
         raise UpstreamError(f"--resume {run_id} is a {kind or 'untagged'} run, not {entry_point}")
     if run.info.status == "FINISHED":
         raise UpstreamError(f"--resume {run_id} already FINISHED; there is nothing to continue")
+    if run.info.status == "RUNNING" and owned_elsewhere(run.data.tags):
+        raise UpstreamError(
+            f"--resume {run_id} is RUNNING in process {run.data.tags.get(PID_TAG)} on "
+            f"{run.data.tags.get(HOST_TAG)}; wait for it to end, or stop it first"
+        )
     logged, logged_tags = run.data.params, run.data.tags
     # A parameter the run never logged (an option added since) is taken as it is now.
     for key, value in (params or {}).items():
         if key in RESUME_MAY_DIFFER or key not in logged or _same_value(logged[key], value):
             continue
-        raise UpstreamError(
-            f"--resume {run_id}: {option_name(key)} {value} differs from the run's {logged[key]}; "
-            f"a resumed run keeps its options (pass {option_name(key)} {logged[key]}, or start a new run)"
+        if _is_option(key):
+            raise UpstreamError(
+                f"--resume {run_id}: {option_name(key)} {value} differs from the run's {logged[key]}; a "
+                f"resumed run keeps its options (pass {option_name(key)} {logged[key]}, or start a new run)"
+            )
+        raise UpstreamError(  # a value the options resolve to (e.g. a budget in epochs)
+            f"--resume {run_id}: these options give {key} {value}, the run had {logged[key]}; "
+            "a resumed run keeps what it trained with (pass the run's options, or start a new run)"
         )
     if data_digest and logged.get("data_digest", data_digest) != data_digest:
         raise UpstreamError(
@@ -130,6 +151,12 @@ def check_resumable(
             f"--resume {run_id}: the run trained on {logged_tags['device']}, --device {device} gives "
             f"{pick_device(device)}; resume it on {logged_tags['device']} (its wall-clock is a result)"
         )
+
+
+def _is_option(key: str) -> bool:
+    """Whether ``key`` is an option of the running click command (outside one: assume so)."""
+    ctx = click.get_current_context(silent=True)
+    return ctx is None or key in {param.name for param in ctx.command.params}
 
 
 def _same_value(a: str, b: str) -> bool:
@@ -160,9 +187,10 @@ def training_run(
     if run_cfg.resume and outer_run_id and outer_run_id != run_cfg.resume:
         # `mlflow run` made a fresh run for this step; point it at the run that continues.
         mlflow.MlflowClient().set_tag(outer_run_id, "resumed_run_id", run_cfg.resume)
-    with tracked_run(
-        entry_point, params, run_name=run_cfg.run_name or None, run_id=run_cfg.resume or None, tags=tags
-    ) as active:
+    # Two resumers of one run would both train it and interleave its metrics: one holds it.
+    lock = resume_lock(run_cfg.resume) if run_cfg.resume else contextlib.nullcontext()
+    run_name = run_cfg.run_name or None
+    with lock, tracked_run(entry_point, params, run_name, run_cfg.resume or None, tags) as active:
         log_dataset(data)
         yield active
 

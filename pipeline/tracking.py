@@ -16,6 +16,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
@@ -163,12 +165,12 @@ def _not_ours(run_id: str, entry_point: str) -> str:
     kind = tags.get(ENTRY_POINT_TAG) or tags.get("mlflow.project.entryPoint")
     if kind and kind != entry_point:
         return f"names a run of {kind}, not {entry_point}"
-    if _owned_elsewhere(tags):
+    if owned_elsewhere(tags):
         return f"names a run of process {tags[PID_TAG]} on {tags.get(HOST_TAG)}, which is still RUNNING"
     return ""
 
 
-def _owned_elsewhere(tags: dict[str, str]) -> bool:
+def owned_elsewhere(tags: dict[str, str]) -> bool:
     """True when another process (alive, or on another host where that cannot be told) owns the run."""
     pid = tags.get(PID_TAG, "")
     if not pid.isdigit():
@@ -176,6 +178,79 @@ def _owned_elsewhere(tags: dict[str, str]) -> bool:
     if tags.get(HOST_TAG) != socket.gethostname():
         return True
     return int(pid) != os.getpid() and _process_alive(int(pid), tags.get(PROC_START_TAG, ""))
+
+
+# --- one resumer per run -------------------------------------------------------------------
+# A run can be reopened by two `--resume` at once; MLflow has no atomic test-and-set, so each
+# resumer writes a claim tag (its own key: writes never collide), waits until any claim made
+# before it is visible, and the earliest live claim wins. A claim lives until its run closes;
+# a heartbeat tag tells a live claimant on another host from a dead one.
+CLAIM_PREFIX = "resume_claim."
+HEARTBEAT_PREFIX = "resume_heartbeat."
+CLAIM_SETTLE_S = 1.0  # claims whose clocks are this close are ordered by the store, not the clock
+HEARTBEAT_S = 30.0
+
+
+def _claim_key(tag: str) -> str:
+    return tag.split(".", 1)[1]
+
+
+def _claim_alive(tags: dict[str, str], key: str) -> bool:
+    host, pid, start = [*key.split(":"), "", ""][:3]  # host:pid:process start
+    if host == socket.gethostname() and pid.isdigit():
+        return _process_alive(int(pid), start)
+    try:
+        beat = float(tags.get(HEARTBEAT_PREFIX + key, "0"))
+    except ValueError:
+        return False
+    return time.time() - beat < 3 * HEARTBEAT_S
+
+
+@contextlib.contextmanager
+def resume_lock(run_id: str) -> Iterator[None]:
+    """Hold ``run_id`` for this process while it resumes the run; refuse if another holds it."""
+    client = mlflow.MlflowClient()
+    pid = os.getpid()
+    me = f"{socket.gethostname()}:{pid}:{_process_start(pid)}"
+    claim, beat = CLAIM_PREFIX + me, HEARTBEAT_PREFIX + me
+    client.set_tag(run_id, beat, f"{time.time():.3f}")
+    client.set_tag(run_id, claim, str(time.time_ns()))
+    time.sleep(CLAIM_SETTLE_S)
+    tags = client.get_run(run_id).data.tags
+    live = sorted(
+        (int(value), _claim_key(tag))
+        for tag, value in tags.items()
+        if tag.startswith(CLAIM_PREFIX) and value.isdigit() and _claim_alive(tags, _claim_key(tag))
+    )
+    if live and live[0][1] != me:
+        _release(client, run_id, claim, beat)
+        host, pid_there = [*live[0][1].split(":"), ""][:2]
+        since = time.strftime("%H:%M:%S", time.localtime(live[0][0] / 1e9))
+        raise UpstreamError(
+            f"--resume {run_id}: process {pid_there} on {host} is already resuming this run "
+            f"(since {since}); wait for it to end, or stop it first"
+        )
+    stop = threading.Event()
+
+    def heartbeat() -> None:
+        while not stop.wait(HEARTBEAT_S):
+            with contextlib.suppress(Exception):  # a missed beat only ages the claim
+                client.set_tag(run_id, beat, f"{time.time():.3f}")
+
+    beater = threading.Thread(target=heartbeat, name="resume-heartbeat", daemon=True)
+    beater.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        beater.join()
+        _release(client, run_id, claim, beat)
+
+
+def _release(client: mlflow.MlflowClient, run_id: str, *tags: str) -> None:
+    for tag in tags:
+        with contextlib.suppress(mlflow.exceptions.MlflowException):
+            client.delete_tag(run_id, tag)
 
 
 def owner_tags(pid: int | None = None) -> dict[str, str]:
@@ -406,7 +481,7 @@ def _fail_outer_run(err: BaseException, run_id: str) -> None:
     except (mlflow.exceptions.MlflowException, TrackingStoreError):
         return
     # Never another live step's run (a stray MLFLOW_RUN_ID): that run's process closes it.
-    if run.info.status == "RUNNING" and not _owned_elsewhere(run.data.tags):
+    if run.info.status == "RUNNING" and not owned_elsewhere(run.data.tags):
         try:
             client.set_tag(run_id, FAILURE_TAG, one_line(err))
             client.set_terminated(run_id, "FAILED")
