@@ -26,6 +26,7 @@ from models.growth import (
 from pipeline.cli import opt
 from pipeline.curriculum import Curriculum, CurriculumError
 from pipeline.data import Data
+from pipeline.precision import autocast
 from pipeline.pruning import LossPruner
 from pipeline.training import TrainConfig, TrainingPlan, rebuild_optimizer
 
@@ -167,7 +168,8 @@ class ExperimentPlan(TrainingPlan):
             grown, info = grow(model, event, self.growth.growth_init)
             optimizer = rebuild_optimizer(optimizer, grown, self.cfg)
             x, y = (t.to(next(grown.parameters()).device) for t in self.probe)
-            jump = probe_jump(model, grown, x, y)
+            with autocast(self.precision, x.device):  # the jump as training sees it
+                jump = probe_jump(model, grown, x, y)
             flops_after = flops_per_example(grown, input_shape)["forward"]
             reports.append(
                 {
@@ -179,6 +181,7 @@ class ExperimentPlan(TrainingPlan):
                     "flops_before": flops_before,
                     "flops_after": flops_after,
                     **{f"probe_{k}": v for k, v in jump.items()},
+                    "probe_precision": self.precision,
                     "seconds": time.perf_counter() - start,
                 }
             )

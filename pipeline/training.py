@@ -114,6 +114,10 @@ class TrainingPlan:
     epoch's examples; their state must be JSON-serialisable so checkpoints can hold it.
     """
 
+    # The run's resolved precision, set by ``fit``: what the plan's own measurements (growth
+    # probes) run at, so they see the network as training does.
+    precision: str = "fp32"
+
     def before_epoch(
         self,
         epoch: int,
@@ -246,6 +250,7 @@ def fit(
     device = data.train.x.device
     scaler = grad_scaler(state.precision, device)
     forward = _compiled(state.model, cfg)
+    plan.precision = state.precision
     for epoch in range(state.epoch, cfg.epochs):
         epoch_start = time.perf_counter()
         model, optimizer, events = plan.before_epoch(epoch, state.model, state.optimizer)

@@ -111,3 +111,23 @@ def test_resume_with_another_explicit_precision_is_refused(small_data, tmp_path)
     path = save_checkpoint(tmp_path / "c.pt", state, TrainingPlan(), cfg)
     with pytest.raises(CheckpointError, match="trained at bf16; resume with --precision bf16 or auto"):
         load_checkpoint(path, dataclasses.replace(cfg, precision="fp32"), TrainingPlan(), CPU)
+
+
+@needs_bf16
+def test_growth_joins_in_fp32_and_its_probe_runs_at_the_runs_precision(small_data):
+    from models.growth import named_schedule
+    from pipeline.plan import ExperimentPlan
+
+    cfg = dataclasses.replace(BF16, epochs=4)
+    seed_everything(cfg.seed, cfg.deterministic)
+    start = resolve_spec("minimal", small_data.input_shape, small_data.num_classes)
+    state = new_state(start, cfg, CPU)
+    plan = ExperimentPlan(cfg, small_data, named_schedule("default", 4))
+    state = fit(state, small_data, cfg, plan)
+    assert state.trace.events and all(e["probe_precision"] == "bf16" for e in state.trace.events)
+    assert all(p.dtype == torch.float32 for p in state.model.parameters())
+    # Function-preserving growth still preserves the function: the probe's loss does not jump.
+    assert any(event["preserved"] for event in state.trace.events)
+    for event in state.trace.events:
+        if event["preserved"]:
+            assert abs(event["probe_loss_after"] - event["probe_loss_before"]) < 0.05
