@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.spec import HEAD_ID, ArchSpec, infer_shapes
+from models.spec import HEAD_ID, ArchSpec, check_size, infer_shapes
 
 
 class ConvLayer(nn.Module):
@@ -105,6 +105,8 @@ class SpecNet(nn.Module):
         """Build every layer afresh, or take existing ``modules`` by id (growth reuses them)."""
         super().__init__()
         shapes = infer_shapes(spec)
+        if not modules:  # refuse before allocating: a 10^9-channel layer would take the machine
+            check_size(spec)
         self.spec = spec
         self.layers = nn.ModuleDict()
         for layer, in_shape in zip(spec.layers, shapes):

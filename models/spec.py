@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,103 @@ def infer_shapes(spec: ArchSpec) -> list[tuple[int, ...]]:
 def validate(spec: ArchSpec) -> ArchSpec:
     infer_shapes(spec)
     return spec
+
+
+# --- size ----------------------------------------------------------------------------------
+
+# Floats each layer keeps per output element for the backward pass: ConvLayer keeps the conv
+# and the ReLU outputs, ResidualLayer two convs, two batchnorms, the sum and two ReLUs, a
+# dropout its output and mask. An estimate within a small factor, enough to refuse a network
+# that cannot fit long before allocating it.
+ACTIVATIONS_PER_OUTPUT = {"conv": 2, "residual": 7, "pool": 1, "dropout": 2, "fc": 2, "batchnorm": 1}
+
+
+@dataclass(frozen=True)
+class SpecSize:
+    params: int
+    activations: int  # floats per example kept for the backward pass (input and layer outputs)
+    largest: tuple[str, int]  # the layer with the most parameters, and how many
+
+    def training_bytes(self, batch_size: int) -> int:
+        """fp32 weights, gradients and SGD momentum, and a batch's activations and their gradients."""
+        return 4 * (3 * self.params + 2 * batch_size * self.activations)
+
+
+def spec_size(spec: ArchSpec) -> SpecSize:
+    """Parameter count and activation size of the network ``spec`` builds (models/builder.py),
+    from shapes alone: nothing is allocated, so a spec of 10^12 parameters is measured safely."""
+    shapes = infer_shapes(spec)
+    counts: list[tuple[str, int]] = []
+    activations = _numel(spec.input_shape)
+    for layer, in_shape, out_shape in zip(spec.layers, shapes, shapes[1:]):
+        kind, c = layer["type"], in_shape[0]
+        if kind == "conv":
+            k = layer["kernel_size"]
+            n = c * layer["out_channels"] * k * k + layer["out_channels"]
+        elif kind == "residual":
+            n = 2 * c * c * layer["kernel_size"] ** 2 + 4 * c  # two bias-free convs, two batchnorms
+        elif kind == "fc":
+            n = _numel(in_shape) * layer["out_features"] + layer["out_features"]
+        elif kind == "batchnorm":
+            n = 2 * c
+        else:
+            n = 0
+        counts.append((layer["id"], n))
+        activations += ACTIVATIONS_PER_OUTPUT[kind] * _numel(out_shape)
+    counts.append((HEAD_ID, _numel(shapes[-1]) * spec.num_classes + spec.num_classes))
+    activations += spec.num_classes
+    return SpecSize(sum(n for _, n in counts), activations, max(counts, key=lambda item: item[1]))
+
+
+@dataclass(frozen=True)
+class SizeLimits:
+    max_params: int = 100_000_000  # 200 times the default network
+    max_bytes: int | None = None  # None: no memory check (the command sets it)
+    batch_size: int = 1
+
+
+# The limits every model build is checked against (models/builder.py): set by the training
+# commands from --max-params and --max-memory-gb, so that nothing builds a network over them.
+SIZE_LIMITS: ContextVar[SizeLimits] = ContextVar("size_limits", default=SizeLimits())  # noqa: B039 (frozen)
+
+
+def check_size(
+    spec: ArchSpec,
+    max_params: int | None = None,
+    max_bytes: int | None = None,
+    batch_size: int | None = None,
+    where: str = "",
+) -> SpecSize:
+    """Refuse a network with more than ``max_params`` parameters, or whose training step at
+    ``batch_size`` needs more than ``max_bytes``; the message gives the figures. Limits not
+    given come from ``SIZE_LIMITS``."""
+    limits = SIZE_LIMITS.get()
+    max_params = limits.max_params if max_params is None else max_params
+    max_bytes = limits.max_bytes if max_bytes is None else max_bytes
+    batch_size = limits.batch_size if batch_size is None else batch_size
+    size = spec_size(spec)
+    at = f"{where or 'spec ' + spec.name}: "
+    if size.params > max_params:
+        lid, n = size.largest
+        raise SpecError(
+            f"{at}{size.params:,} parameters (layer {lid!r} alone {n:,}) exceed --max-params "
+            f"{max_params:,}; make the layers smaller or raise --max-params"
+        )
+    need = size.training_bytes(batch_size)
+    if max_bytes is not None and need > max_bytes:
+        raise SpecError(
+            f"{at}training needs about {need / 2**30:,.1f} GiB ({size.params:,} parameters and the "
+            f"activations of a batch of {batch_size}), more than the {max_bytes / 2**30:,.1f} GiB "
+            "allowed by --max-memory-gb; make the layers or --batch-size smaller, or raise it"
+        )
+    return size
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for v in shape:
+        n *= v
+    return n
 
 
 # --- named specs -------------------------------------------------------------------------

@@ -20,8 +20,9 @@ import mlflow
 import pandas as pd
 import torch
 
+from models.growth import apply_event
 from models.io import save_model
-from models.spec import ArchSpec
+from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
 from pipeline import plots
 from pipeline.cli import opt, option_name
 from pipeline.curriculum import Curriculum
@@ -56,11 +57,35 @@ MODEL_ARTIFACT_DIR = "model"
 MODEL_FILE = "model.safetensors"
 
 
+DEFAULT_MAX_PARAMS = SizeLimits().max_params
+
+
 @dataclass(frozen=True)
 class RunConfig:
     run_name: str = opt("", "MLflow run name; empty for a generated one")
     resume: str = opt("", "run id of an interrupted run of the same entry point to continue in place")
     progress: bool = opt(True, "show a progress bar per epoch")
+    max_params: int = opt(
+        DEFAULT_MAX_PARAMS, "refuse a network (start, final or any growth stage) with more parameters"
+    )
+    max_memory_gb: float = opt(
+        0.0, "refuse a network whose training step needs more memory; 0: half of the device's"
+    )
+
+    def apply_size_limits(self, train_cfg: TrainConfig) -> None:
+        """Make every network this process builds answer to these limits (models.spec.SIZE_LIMITS)."""
+        max_bytes = self.memory_limit_bytes(pick_device(train_cfg.device))
+        SIZE_LIMITS.set(SizeLimits(self.max_params, max_bytes, train_cfg.batch_size))
+
+    def memory_limit_bytes(self, device: torch.device) -> int:
+        """``--max-memory-gb`` in bytes; by default half of the training device's memory."""
+        if self.max_memory_gb < 0:
+            raise UpstreamError(f"--max-memory-gb must be positive (0: automatic), got {self.max_memory_gb}")
+        if self.max_memory_gb > 0:
+            return int(self.max_memory_gb * 2**30)
+        if device.type == "cuda":
+            return torch.cuda.get_device_properties(device).total_memory // 2
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
 
 
 @dataclass
@@ -79,11 +104,12 @@ class TrainingOutcome:
 
 
 # Options that may differ when a run is resumed, because they do not change what it trains:
-# the resume id itself, the progress bar, the run name (a reopened run keeps its own) and where
-# the data files live (the data they hold must still have the run's digest). Every other
+# the resume id itself, the progress bar, the run name (a reopened run keeps its own), where
+# the data files live (the data they hold must still have the run's digest) and the size
+# limits (they only refuse networks, and the run's network is what it was). Every other
 # option, the device included (wall-clock is one of the study's results, and a run timed on two
 # devices measures neither), must equal the run's.
-RESUME_MAY_DIFFER = ("resume", "progress", "run_name", "data_dir")
+RESUME_MAY_DIFFER = ("resume", "progress", "run_name", "data_dir", "max_params", "max_memory_gb")
 # Tags that the options resolve to and that must not change either: a named spec or
 # `--scores-run auto` that now resolves to something else would train another run.
 RESUME_SAME_TAGS = ("final_spec", "scores_run_id", "variant")
@@ -209,6 +235,20 @@ def resume_checkpoint(run_id: str, dest: Path) -> Path:
     return Path(path)
 
 
+def check_network_sizes(
+    start: ArchSpec, plan: TrainingPlan, batch_size: int, limits: RunConfig, device: torch.device
+) -> None:
+    """Refuse, before training, a start spec or any growth stage over the run's size limits:
+    ``fc(100000000)`` or ``out_channels`` 10^9 would otherwise fail (or exhaust the machine)
+    when allocated, after the epochs before it had trained."""
+    max_bytes = limits.memory_limit_bytes(device)
+    spec = start
+    check_size(spec, limits.max_params, max_bytes, batch_size, f"start spec {start.name}")
+    for event in getattr(plan, "events", []):
+        spec = apply_event(spec, event)
+        check_size(spec, limits.max_params, max_bytes, batch_size, f"after growth {event.to_compact()}")
+
+
 def train_and_log(
     data: Data,
     spec: ArchSpec,
@@ -219,11 +259,13 @@ def train_and_log(
     entry_point: str,
     val_tiers: torch.Tensor | None = None,
     progress_bar: bool = True,
+    limits: RunConfig | None = None,
     length=None,
 ) -> TrainingOutcome:
     """Train inside the active MLflow run; ``data`` on the CPU, moved to the device here.
     ``length`` (a ``run_length.RunLength``) stops a FLOPs or seconds run at its budget."""
     device = pick_device(cfg.device)
+    check_network_sizes(spec, plan, cfg.batch_size, limits or RunConfig(), device)
     seed_everything(cfg.seed, cfg.deterministic)
     mlflow.set_tag("device", str(device))
     with scratch_dir() as tmp:

@@ -73,6 +73,7 @@ def run(
 ) -> TrainingOutcome:
     curriculum_cfg = curriculum_cfg or DynamicCurriculumConfig()
     run_cfg = run_cfg or RunConfig()
+    run_cfg.apply_size_limits(train_cfg)  # before any network is built, FLOPs counting too
     data, start = prepare(data_cfg, train_cfg, growth_cfg)
     length = resolve_run_length(
         train_cfg,
@@ -101,6 +102,7 @@ def run(
             entry_point=ENTRY_POINT,
             val_tiers=setup.val_tiers,
             progress_bar=run_cfg.progress,
+            limits=run_cfg,
         )
         with scratch_dir() as tmp:
             picture = plots.architecture_evolution(

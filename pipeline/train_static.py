@@ -47,6 +47,7 @@ def run(
 ) -> TrainingOutcome:
     curriculum_cfg = curriculum_cfg or CurriculumConfig()
     run_cfg = run_cfg or RunConfig()
+    run_cfg.apply_size_limits(train_cfg)  # before any network is built, FLOPs counting too
     data, spec = prepare(data_cfg, train_cfg, static_cfg)
 
     def stages(cfg: TrainConfig):
@@ -74,6 +75,7 @@ def run(
             entry_point=ENTRY_POINT,
             val_tiers=setup.val_tiers,
             progress_bar=run_cfg.progress,
+            limits=run_cfg,
         )
 
 

@@ -131,6 +131,25 @@ CASES = [
     ),
     Case("unknown named spec", STATIC, (*SCORED, "--spec", "resnet9000"), "resnet9000"),
     Case("spec invalid for the input size", STATIC, (*SCORED, "--spec", "{five_pools}"), "1x1"),
+    # sizes: refused with the figure before anything is allocated
+    Case(
+        "growth to a layer of 10^8 units",
+        DYNAMIC,
+        (*SCORED, "--epochs", "3", "--schedule", "1:fc(100000000)"),
+        "parameters (layer 'fc2' alone 12,900,000,000) exceed --max-params",
+    ),
+    Case(
+        "a spec of 10^9 channels",
+        STATIC,
+        (*SCORED, "--spec", "{giga_conv}"),
+        "7,850,000,000,010 parameters",
+    ),
+    Case(
+        "a spec whose activations do not fit in memory",
+        STATIC,
+        (*SCORED, "--spec", "{wide_conv}", "--max-memory-gb", "8"),
+        "more than the 8.0 GiB allowed by --max-memory-gb",
+    ),
     # numbers
     Case(
         "tier fractions that do not sum to one",
@@ -266,6 +285,13 @@ def world(tmp_path_factory):
             folder.mkdir(parents=True)
             Image.fromarray(np.full((8, 8), 0.5, dtype=np.float32)).save(folder / "0.tiff")
         places["float_image"] = str(root / "float-image")
+        places["giga_conv"] = json.dumps([{"id": "c1", "type": "conv", "out_channels": 10**9}])
+        places["wide_conv"] = json.dumps(  # 400k parameters, 321 GB of activations at batch 128
+            [
+                {"id": "c1", "type": "conv", "out_channels": 200_000, "kernel_size": 1},
+                {"id": "p1", "type": "pool", "size": 28},
+            ]
+        )
         places["five_pools"] = json.dumps(
             {"layers": [{"id": f"pool{i}", "type": "pool"} for i in range(1, 6)]}
         )
@@ -310,6 +336,9 @@ def test_the_table_covers_what_the_issue_lists():
         "out of order",
         "unknown layer type",
         "invalid for the input size",
+        "10^8 units",
+        "10^9 channels",
+        "do not fit in memory",
         "do not sum to one",
         "zero epochs",
         "a fraction of an epoch",

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from models.builder import build_model, count_parameters
+from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, SpecError, check_size, named_layers, spec_size
 from pipeline.data import MIN_TRAIN_PER_CLASS, DataConfig, DataError, load_data, load_folder
 
 
@@ -51,3 +53,35 @@ def test_images_without_a_bit_depth_are_refused(tmp_path):
     root = _folder(tmp_path, {"a": [noise] * 3, "b": [noise] * 3}, suffix=".tiff")
     with pytest.raises(DataError, match="floating-point pixels"):
         load_folder(str(root))
+
+
+MIXED = [
+    {"id": "c1", "type": "conv", "out_channels": 7, "kernel_size": 5},
+    {"id": "b1", "type": "batchnorm"},
+    {"id": "p1", "type": "pool", "kind": "avg"},
+    {"id": "r1", "type": "residual"},
+    {"id": "f1", "type": "fc", "out_features": 20},
+    {"id": "b2", "type": "batchnorm"},
+    {"id": "d1", "type": "dropout"},
+]
+
+
+@pytest.mark.parametrize("name", ["minimal", "default", "tiny", "mixed"])
+def test_the_size_model_counts_exactly_the_parameters_the_builder_makes(name):
+    layers = MIXED if name == "mixed" else named_layers(name)
+    spec = ArchSpec((3, 28, 28), 10, tuple(layers), name)
+    assert spec_size(spec).params == count_parameters(build_model(spec))
+
+
+def test_a_network_over_the_limits_is_refused_with_the_figure_before_it_is_built():
+    huge = ArchSpec((1, 28, 28), 10, ({"id": "f1", "type": "fc", "out_features": 10**8},))
+    with pytest.raises(SpecError, match=r"79,500,000,010 parameters \(layer 'f1' alone 78,500,000,000\)"):
+        build_model(huge)  # would try to allocate 314 GB
+    default = ArchSpec((1, 28, 28), 10, tuple(named_layers("default")), "default")
+    token = SIZE_LIMITS.set(SizeLimits(max_params=10**6, max_bytes=2**30, batch_size=10**4))
+    try:
+        with pytest.raises(SpecError, match=r"training needs about 8\.\d GiB .* batch of 10000"):
+            build_model(default)
+    finally:
+        SIZE_LIMITS.reset(token)
+    assert check_size(default, batch_size=128).params == 495_626  # fits the defaults
