@@ -93,7 +93,8 @@ COST_METRICS = ("time/total_s", TIME_TO_TARGET, "train/flops_cumulative", "test/
 COMPARISON_COLUMNS = [
     "group", "setting", "variant", "entry_point", "final_spec_id", "metric", "n", "mean", "std", "ci_low",
     "ci_high", "baseline", "n_pairs", "mean_diff", "diff_ci_low", "diff_ci_high", "t_stat", "p_t",
-    "p_wilcoxon", "within_noise", "ratio_to_baseline", "target_acc", "note",
+    "p_wilcoxon", "within_noise", "ratio_to_baseline", "paired_ratio", "ratio_ci_low", "ratio_ci_high",
+    "target_acc", "note",
 ]
 PAIRED_COLUMNS = [
     "group", "baseline", "metric", "seed", "run_ids", "baseline_run_ids", "value", "baseline_value", "diff",
@@ -420,6 +421,7 @@ def _comparison_rows(groups: list[Group]) -> tuple[list[dict], list[dict]]:
                     p_wilcoxon=test["p_wilcoxon"],
                     within_noise=test["within_noise"],
                     ratio_to_baseline=row["mean"] / base_mean if base_mean else math.nan,
+                    **_paired_ratio(both["a"], both["b"]),
                 )
                 if test["n"] < 2:
                     notes.append(f"{test['n']} matched seed(s): no test possible with n < 2")
@@ -440,6 +442,21 @@ def _comparison_rows(groups: list[Group]) -> tuple[list[dict], list[dict]]:
             row["note"] = "; ".join(notes)
             comparison.append(row)
     return comparison, paired
+
+
+def _paired_ratio(a: pd.Series, b: pd.Series) -> dict[str, float]:
+    """Geometric mean of the per-seed ratios a/b with its 95% interval (a t interval on the
+    log ratios), for costs: a run that takes 0.5x the time on one seed and 2x on another is
+    1x on average, not 1.25x. NaN where a value is not positive."""
+    ratios = (a / b).to_numpy(dtype=float)
+    if not len(ratios) or not np.all(np.isfinite(ratios) & (ratios > 0)):
+        return {"paired_ratio": math.nan, "ratio_ci_low": math.nan, "ratio_ci_high": math.nan}
+    logs = summary(np.log(ratios))
+    return {
+        "paired_ratio": math.exp(logs["mean"]),
+        "ratio_ci_low": math.exp(logs["ci_low"]),
+        "ratio_ci_high": math.exp(logs["ci_high"]),
+    }
 
 
 def _run_ids(g: Group, unit: str) -> str:
@@ -540,10 +557,60 @@ def _diff_phrase(row: pd.Series, full: bool = True) -> str:
     return ratio + text
 
 
-def _conclusion(comp: pd.DataFrame) -> list[str]:
-    """Per tier: which variant has the best mean, by how much it beats its static twin, and
-    whether that is more than noise."""
+# The two axes the study asks about, in the order the answer gives them: cost as a ratio to
+# the matched static baseline (cheaper below 1), accuracy as a difference at equal epochs.
+ANSWER_COSTS = {"time/total_s": ("training wall-clock", "faster", "slower"),
+                "train/flops_cumulative": ("training FLOPs", "cheaper", "costlier")}  # fmt: skip
+
+
+def _answer(comp: pd.DataFrame) -> list[str]:
+    """One line per variant with a matched static baseline: wall-clock and FLOPs ratios and the
+    test accuracy difference (same setting, so at equal epochs or budget), each with its 95% CI
+    and a verdict."""
     lines = []
+    paired = comp[comp["baseline"].fillna("") != ""]
+    for group in dict.fromkeys(paired["group"]):
+        rows = {r["metric"]: r for _, r in paired[paired["group"] == group].iterrows()}
+        if "test/acc" not in rows and not set(ANSWER_COSTS) & set(rows):
+            continue
+        n = max(int(r["n_pairs"]) for r in rows.values())
+        base = next(iter(rows.values()))["baseline"]
+        parts = []
+        for metric, (title, good, bad) in ANSWER_COSTS.items():
+            if metric in rows:
+                parts.append(f"{title} {_ratio_phrase(rows[metric], good, bad)}")
+        if "test/acc" in rows:
+            r = rows["test/acc"]
+            parts.append(f"test accuracy {_diff_answer(r)} at equal training length")
+        lines.append(f"**{group}** vs {base} ({_seeds(n)} paired): " + "; ".join(parts) + ".")
+    return lines
+
+
+def _ratio_phrase(row: pd.Series, good: str, bad: str) -> str:
+    ratio = row["paired_ratio"]
+    if not np.isfinite(ratio):
+        return "n/a"
+    if row["n_pairs"] < 2 or not np.isfinite(row["ratio_ci_low"]):
+        return f"{ratio:.2f}× (no interval with {_seeds(int(row['n_pairs']))})"
+    lo, hi = row["ratio_ci_low"], row["ratio_ci_high"]
+    verdict = good if hi < 1 else bad if lo > 1 else "within noise"
+    return f"{ratio:.2f}× (95% CI {lo:.2f}-{hi:.2f}): {verdict}"
+
+
+def _diff_answer(row: pd.Series) -> str:
+    diff = _fmt("acc", row["mean_diff"], True)
+    if row["n_pairs"] < 2:
+        return f"{diff} (no interval with {_seeds(int(row['n_pairs']))})"
+    lo, hi = _fmt("acc", row["diff_ci_low"], True), _fmt("acc", row["diff_ci_high"], True)
+    verdict = "better" if row["diff_ci_low"] > 0 else "worse" if row["diff_ci_high"] < 0 else "within noise"
+    return f"{diff} (95% CI {lo} to {hi}): {verdict}"
+
+
+def _conclusion(comp: pd.DataFrame) -> list[str]:
+    """The answer first (each variant against its static twin: cost ratios and accuracy
+    difference), then per tier which variant has the best mean and whether that is more than
+    noise."""
+    lines = _answer(comp)
     settings = sorted(comp["setting"].fillna("").unique()) if "setting" in comp.columns else [""]
     if len(settings) > 1:
         lines.append(

@@ -11,6 +11,7 @@ import json
 import time
 
 import mlflow
+import numpy as np
 import pandas as pd
 import pytest
 from mlflow.entities import Metric, Param
@@ -91,3 +92,40 @@ def test_one_setting_keeps_plain_labels(tracking, tmp_path):
     comp = pd.read_csv(paths.comparison_csv, keep_default_na=False)
     assert set(comp["group"]) == {"static", "dynamic-default"}
     assert set(comp.loc[comp["group"] == "dynamic-default", "baseline"]) == {"static"}
+
+
+def _record_costs(variant: str, seed: int, acc: float, seconds: float, flops: float) -> str:
+    entry_point = "train_static" if variant == "static" else "train_dynamic"
+    tags = {"entry_point": entry_point, "variant": variant, "final_spec": SPEC}
+    now = int(time.time() * 1000)
+    metrics = {"test/acc": acc, "time/total_s": seconds, "train/flops_cumulative": flops}
+    with mlflow.start_run(tags=tags) as run:
+        mlflow.MlflowClient().log_batch(
+            run.info.run_id,
+            metrics=[Metric(k, v, now, 0) for k, v in metrics.items()],
+            params=[Param(k, v) for k, v in {**FASHION, "seed": str(seed)}.items()],
+        )
+    return run.info.run_id
+
+
+def test_the_conclusion_opens_with_the_answer_on_both_axes(tracking, tmp_path):
+    """#13: cost ratios and the accuracy difference at equal epochs, each with CI and verdict."""
+    ids = []
+    seeds = [(0.90, 0.905, 100, 48), (0.91, 0.905, 110, 56), (0.92, 0.93, 90, 45)]
+    for seed, (acc, dyn_acc, s, dyn_s) in enumerate(seeds):
+        ids.append(_record_costs("static", seed, acc, s, 1e12))
+        ids.append(_record_costs("dynamic-default", seed, dyn_acc, dyn_s, 4e11 * (1 + seed / 100)))
+    paths = build_report(*collect_runs(ids), tmp_path / "report")
+    md = paths.report_md.read_text(encoding="utf-8")
+    first = md.split("## Conclusion\n\n- ", 1)[1].splitlines()[0]
+    assert first.startswith("**dynamic-default** vs static (3 seeds paired): training wall-clock 0.50×")
+    assert "(95% CI 0.4" in first and "): faster; training FLOPs 0.40× (95% CI" in first
+    assert "cheaper; test accuracy +0.33 pp (95% CI -1.56 pp to +2.23 pp)" in first
+    assert first.endswith("within noise at equal training length.")
+    assert md.index(first) < md.index("- **all**")  # detail follows the answer
+
+    comp = pd.read_csv(paths.comparison_csv).set_index(["group", "metric"])
+    row = comp.loc[("dynamic-default", "time/total_s")]
+    ratios = np.array([48 / 100, 56 / 110, 45 / 90])
+    assert row["paired_ratio"] == pytest.approx(np.exp(np.log(ratios).mean()))
+    assert row["ratio_ci_low"] < row["paired_ratio"] < row["ratio_ci_high"] < 1
