@@ -12,6 +12,7 @@ digest all match a FINISHED run is not run again: that run is reused, and main s
 from __future__ import annotations
 
 import dataclasses
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,12 +29,14 @@ from pipeline.plan import curriculum_pruning, growth_boundaries
 from pipeline.precision import PRECISIONS
 from pipeline.tracking import (
     GuardedCommand,
+    Terminated,
     UpstreamError,
     code_version,
     flat_params,
     main_guard,
     scratch_dir,
     tracked_run,
+    wait_closed,
 )
 
 ENTRY_POINT = "main"
@@ -192,7 +195,17 @@ class StepRunner:
                 synchronous=False,
             )
             mlflow.MlflowClient().set_tag(submitted.run_id, "mlflow.parentRunId", self.parent_run_id)
-            if not submitted.wait():
+            try:
+                succeeded = submitted.wait()
+            except (KeyboardInterrupt, Terminated):
+                # Pass the signal on and wait: the step ends KILLED with its checkpoint, then main.
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                submitted.cancel()
+                # `bash -c` may stand between: the step then sees its launcher gone, within a second.
+                wait_closed(submitted.run_id)
+                raise
+            if not succeeded:
                 raise UpstreamError(
                     f"step {entry_point} (run {submitted.run_id}) failed: "
                     "see that run's failure_reason tag and log"

@@ -123,6 +123,10 @@ def tracked_run(
             mlflow.log_params(missing)
         yield run
     except (KeyboardInterrupt, Terminated):
+        # A second signal (Ctrl-C reaches the whole process group, then main cancels the step
+        # with SIGTERM) must not cut the closing short and leave the run RUNNING.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         mlflow.set_tag(FAILURE_TAG, "interrupted")
         mlflow.end_run("KILLED")
         raise
@@ -251,6 +255,66 @@ def _release(client: mlflow.MlflowClient, run_id: str, *tags: str) -> None:
     for tag in tags:
         with contextlib.suppress(mlflow.exceptions.MlflowException):
             client.delete_tag(run_id, tag)
+
+
+# --- a step outlives no launcher ----------------------------------------------------------------
+SHELLS = ("bash", "sh", "dash", "zsh")
+_watching = False
+
+
+def _launchers() -> list[tuple[int, str]]:
+    """This process's parent, and the parent's parent while the parent is a shell: `mlflow run`
+    starts a step as ``bash -c "python -m ..."``. Pairs of (pid, start time)."""
+    chain, pid = [], os.getppid()
+    while pid > 1 and len(chain) < 3:
+        chain.append((pid, _process_start(pid)))
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])  # ppid
+        except (OSError, ValueError, IndexError):
+            break
+        if comm not in SHELLS:
+            break
+    return chain
+
+
+def watch_launcher(interval_s: float = 1.0) -> None:
+    """When the process that launched this step dies, SIGTERM this one.
+
+    SIGTERM to `mlflow run` (or to a main that `mlflow run` started) ends that process without
+    passing the signal on, so the step it started trained on as an orphan whose run stayed
+    RUNNING. Watching the launcher turns its death into this step's SIGTERM: the run ends
+    KILLED with its last checkpoint, as if the signal had been forwarded."""
+    global _watching
+    chain = _launchers()
+    if _watching or not chain:
+        return
+    _watching = True
+
+    def running(pid: int, start: str) -> bool:  # a zombie (dead, not yet reaped) is gone
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            state = ""
+        return state != "Z" and _process_alive(pid, start)
+
+    def watch() -> None:
+        while all(running(pid, start) for pid, start in chain):
+            time.sleep(interval_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+
+
+def wait_closed(run_id: str, timeout_s: float = 120.0) -> str:
+    """Wait until ``run_id`` is no longer RUNNING (a cancelled step closing itself); its status."""
+    client = mlflow.MlflowClient()
+    deadline = time.monotonic() + timeout_s
+    status = client.get_run(run_id).info.status
+    while status == "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        status = client.get_run(run_id).info.status
+    return status
 
 
 def owner_tags(pid: int | None = None) -> dict[str, str]:
@@ -451,6 +515,10 @@ def main_guard(fn):
         # Read now: MLflow clears the variable when a run ends, and with --resume the run
         # that ends is not the one `mlflow run` made for this step.
         outer_run_id = os.environ.get("MLFLOW_RUN_ID", "")
+        # SIGTERM before the run is open (data loading) is an interruption too, not a silent death.
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+        if outer_run_id and Path(sys.argv[0]).resolve().parent == Path(__file__).resolve().parent:
+            watch_launcher()  # a step that `mlflow run` started: python -m pipeline.<step>
         try:
             check_tracking_store()
         except TrackingStoreError as err:  # nothing can be recorded: no run to fail
@@ -462,14 +530,18 @@ def main_guard(fn):
             _fail_outer_run(err, outer_run_id)
             click.echo(f"error: {one_line(err)}", err=True)
             sys.exit(2)
-        except (KeyboardInterrupt, Terminated):
+        except (KeyboardInterrupt, Terminated) as err:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            _fail_outer_run(err, outer_run_id, "KILLED")  # interrupted before its run was open
             click.echo("interrupted: the run is marked KILLED; resume it with --resume RUN_ID", err=True)
             sys.exit(130)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
     return wrapper
 
 
-def _fail_outer_run(err: BaseException, run_id: str) -> None:
+def _fail_outer_run(err: BaseException, run_id: str, status: str = "FAILED") -> None:
     """Under ``mlflow run`` the run exists before our code; mark it FAILED with the reason
     even when the error came before ``tracked_run`` opened it."""
     if not run_id:
@@ -483,7 +555,7 @@ def _fail_outer_run(err: BaseException, run_id: str) -> None:
     # Never another live step's run (a stray MLFLOW_RUN_ID): that run's process closes it.
     if run.info.status == "RUNNING" and not owned_elsewhere(run.data.tags):
         try:
-            client.set_tag(run_id, FAILURE_TAG, one_line(err))
-            client.set_terminated(run_id, "FAILED")
+            client.set_tag(run_id, FAILURE_TAG, one_line(err) if status == "FAILED" else "interrupted")
+            client.set_terminated(run_id, status)
         except mlflow.exceptions.MlflowException:
             pass  # a read-only store: the error line is all that can be said
