@@ -112,16 +112,18 @@ class ReportPaths:
     tier_accuracy_png: Path
     accuracy_vs_wallclock_png: Path
     learning_curves_png: Path
+    cost_frontier_png: Path  # only when the runs span several training lengths
 
     @classmethod
     def in_dir(cls, out_dir: Path) -> ReportPaths:
         names = ["comparison.csv", "paired.csv", "report.md", "report.html", "tier_accuracy.png",
-                 "accuracy_vs_wallclock.png", "learning_curves.png"]  # fmt: skip
+                 "accuracy_vs_wallclock.png", "learning_curves.png", "cost_frontier.png"]  # fmt: skip
         return cls(out_dir, *(out_dir / name for name in names))
 
     def files(self) -> list[Path]:
         """Every file written, e.g. for ``mlflow.log_artifact``."""
-        return [getattr(self, f.name) for f in fields(self) if f.name != "out_dir"]
+        paths = [getattr(self, f.name) for f in fields(self) if f.name != "out_dir"]
+        return [p for p in paths if p.exists()]
 
 
 # --- reading runs --------------------------------------------------------------------------
@@ -495,6 +497,7 @@ def build_report(
     _plot_tiers(comp_df, groups, colours, paths.tier_accuracy_png)
     _plot_accuracy_vs_wallclock(groups, histories, colours, paths.accuracy_vs_wallclock_png)
     _plot_learning_curves(groups, histories, events, colours, paths.learning_curves_png)
+    _plot_cost_frontier(groups, paths.cost_frontier_png)
 
     blocks = _document(comp_df, groups, paths)
     paths.report_md.write_text(_to_markdown(blocks), encoding="utf-8")
@@ -799,6 +802,17 @@ def _document(comp: pd.DataFrame, groups: list[Group], paths: ReportPaths) -> li
         )
     )
     blocks.append(("img", paths.accuracy_vs_wallclock_png.name, "test accuracy against wall-clock"))
+    if paths.cost_frontier_png.exists():
+        blocks += [
+            ("h", 2, "Accuracy against training cost"),
+            (
+                "p",
+                "The runs span several training lengths (epochs or budgets): each variant's mean "
+                "test accuracy (95% interval over seeds) at each length, against its mean "
+                "training wall-clock and training FLOPs. Points further up and to the left are better.",
+            ),
+            ("img", paths.cost_frontier_png.name, "test accuracy against training cost"),
+        ]
 
     blocks += [
         ("h", 2, "Learning curves"),
@@ -1053,6 +1067,44 @@ def _plot_learning_curves(
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if drawn:
         ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+LENGTH_KEYS = ("epochs", "budget", "budget_resolved")
+
+
+def _plot_cost_frontier(groups: list[Group], path: Path) -> None:
+    """Test accuracy against wall-clock and FLOPs per variant across training lengths; drawn
+    only when groups that agree on everything but the training length (``LENGTH_KEYS``) differ
+    in it, so a point is never joined to one of other data or precision."""
+    other = lambda g: json.dumps({k: v for k, v in json.loads(g.setting).items() if k not in LENGTH_KEYS})
+    lines: dict[tuple[str, str, str], list[Group]] = {}
+    for g in groups:
+        if g.has("test/acc") and g.has("time/total_s") and g.has("train/flops_cumulative"):
+            lines.setdefault((other(g), g.variant, g.spec_key if g.is_baseline else ""), []).append(g)
+    lines = {k: v for k, v in lines.items() if len({g.setting for g in v}) > 1}
+    if not lines:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), constrained_layout=True)
+    panels = (
+        (axes[0], "time/total_s", "training wall-clock (s)"),
+        (axes[1], "train/flops_cumulative", "training FLOPs"),
+    )
+    mean = lambda g, metric: float(np.nanmean(g.per_unit(metric)))
+    for i, ((_, variant, _), line) in enumerate(sorted(lines.items())):
+        by_cost = sorted(line, key=lambda g: mean(g, "train/flops_cumulative"))
+        accs = [summary(g.per_unit("test/acc").dropna()) for g in by_cost]
+        ys = [100 * a["mean"] for a in accs]
+        err = [100 * (a["ci_high"] - a["mean"]) if np.isfinite(a["ci_high"]) else 0.0 for a in accs]
+        for ax, metric, label in panels:
+            xs = [mean(g, metric) for g in by_cost]
+            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color=f"C{i % 10}", label=variant)
+            ax.set_xlabel(label)
+            ax.set_ylabel("test accuracy (%), mean and 95% CI")
+            ax.grid(alpha=0.3)
+    axes[1].set_xscale("log")
+    axes[0].legend(loc="lower right", fontsize=8)
+    fig.suptitle("Test accuracy against training cost, per variant across training lengths")
     _save(fig, path)
 
 

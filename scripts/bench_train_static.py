@@ -1,13 +1,21 @@
-"""Benchmark: train_static's throughput against a bare PyTorch loop, and achieved FLOP/s.
+"""Benchmark: training throughput per precision, train_static against a bare loop, and FLOP/s.
 
     .venv/bin/python scripts/bench_train_static.py --repeats 3
 
-Runs, alternating so that machine noise hits both alike, R trials of (a) a bare loop (model,
-SGD, batches by index, nothing else) and (b) the pipeline's ``train_static.run`` with everything
-on (MLflow logging into a temporary store, validation, checkpoints, FLOP counting, progress
-bar), each for the same epochs on the same model, data and batch size. Prints medians and the
-pipeline/bare throughput ratio, and the training step's FLOP/s against this machine's fp32
-matrix-multiply peak measured with a large ``torch.mm`` in the same process.
+For each architecture (``--specs``, default: the final ``default`` network and the ``minimal``
+one every growing run starts from) and each precision (``--precisions``, default fp32 and
+bf16), runs R trials, alternating every arm within a trial so that machine noise hits all alike:
+
+- ``bare``: the plainest loop over the same in-memory tensors (model, SGD, batches by index),
+  in the same memory format as the pipeline (channels_last on CPU) and under the same autocast;
+- ``pipeline``: ``train_static.run`` with everything on (MLflow logging into a temporary store,
+  validation, checkpoints, FLOP counting), for the same epochs, model, data and batch size;
+- with ``--compile``, also ``compiled``: the pipeline with ``--compile true``, whose first
+  epoch carries the compilation; its steady-state epoch time is reported apart.
+
+Prints and writes (``--output``) medians, the pipeline/bare ratio per precision, the speed-up of
+each precision over fp32 (measured side by side), and the achieved training FLOP/s against this
+machine's ``torch.mm`` peak in the same dtype, measured in the same process.
 """
 
 from __future__ import annotations
@@ -30,44 +38,50 @@ from models.builder import build_model
 from models.flops import flops_per_example
 from models.spec import resolve_spec
 from pipeline.data import DataConfig, load_data
-from pipeline.loop import seed_everything
+from pipeline.loop import memory_format_for, seed_everything
+from pipeline.precision import DTYPES, autocast, resolve_precision
 from pipeline.session import RunConfig
 from pipeline.train_static import StaticConfig, run
 from pipeline.training import TrainConfig
 
+CPU = torch.device("cpu")
 
-def bare_loop(data, spec, cfg: TrainConfig) -> float:
-    """Training samples per second of the plainest loop over the same tensors."""
+
+def bare_loop(data, spec, cfg: TrainConfig, precision: str) -> float:
+    """Training samples per second of the plainest loop over the same tensors and layout."""
     seed_everything(cfg.seed, False)
-    model = build_model(spec)
+    layout = memory_format_for(CPU)
+    model = build_model(spec).to(memory_format=layout)
     opt = torch.optim.SGD(
         model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, nesterov=True
     )
-    x, y = data.train.x, data.train.y
+    x, y = data.train.x.contiguous(memory_format=layout), data.train.y
     start = time.perf_counter()
     for _ in range(cfg.epochs):
         model.train()
         order = torch.randperm(len(y))
         for b in range(0, len(order), cfg.batch_size):
             idx = order[b : b + cfg.batch_size]
-            loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
+            with autocast(precision, CPU):
+                loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
     return cfg.epochs * len(y) / (time.perf_counter() - start)
 
 
-def pipeline_run(data_cfg: DataConfig, cfg: TrainConfig, tmp: Path) -> float:
-    """Training samples per second of train_static, counting all of its epoch wall-clock."""
+def pipeline_run(data_cfg: DataConfig, cfg: TrainConfig, spec: str, tmp: Path) -> tuple[float, list[float]]:
+    """train_static's training samples per second over all its epoch wall-clock, and each
+    epoch's seconds."""
     mlflow.set_tracking_uri(f"sqlite:///{tmp / 'mlflow.db'}")
     mlflow.set_experiment("bench")
-    outcome = run(data_cfg, cfg, StaticConfig(spec="default"), run_cfg=RunConfig(progress=True))
+    outcome = run(data_cfg, cfg, StaticConfig(spec=spec), run_cfg=RunConfig(progress=False))
     examples = sum(h["train/examples"] for h in outcome.state.history)
-    return examples / outcome.state.cumulative_s
+    return examples / outcome.state.cumulative_s, [h["time/epoch_s"] for h in outcome.state.history]
 
 
-def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 10) -> float:
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     torch.mm(a, b)
     times = []
     for _ in range(repeats):
@@ -78,39 +92,80 @@ def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
 
 
 @click.command()
-@click.option("--repeats", default=3, show_default=True, help="alternating trials of each")
+@click.option("--repeats", default=3, show_default=True, help="alternating trials of each arm")
 @click.option("--epochs", default=1, show_default=True, help="epochs per trial")
 @click.option("--subset", default=0, show_default=True, help="0: full Fashion-MNIST")
+@click.option("--specs", default="default,minimal", show_default=True)
+@click.option("--precisions", default="fp32,bf16", show_default=True)
+@click.option("--compile", "with_compile", is_flag=True, help="add the --compile true pipeline arm")
 @click.option("--output", default="reports/bench_train_static.json", show_default=True)
-def main(repeats: int, epochs: int, subset: int, output: str) -> None:
+def main(
+    repeats: int, epochs: int, subset: int, specs: str, precisions: str, with_compile: bool, output: str
+) -> None:
     data_cfg = DataConfig(subset=subset)
     data = load_data(data_cfg)
-    spec = resolve_spec("default", data.input_shape, data.num_classes)
-    cfg = TrainConfig(epochs=epochs)
-    bare, piped = [], []
+    precs = [resolve_precision(p, CPU) for p in precisions.split(",")]
+    arms = [(s, p, kind) for s in specs.split(",") for p in precs for kind in ("bare", "pipeline")]
+    if with_compile:
+        arms += [(s, p, "compiled") for s in specs.split(",") for p in precs]
+    samples: dict[tuple, list[float]] = {arm: [] for arm in arms}
+    epoch_s: dict[tuple, list[list[float]]] = {arm: [] for arm in arms}
+    load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.pop("MLFLOW_RUN_ID", None)
         for r in range(repeats):
-            bare.append(bare_loop(data, spec, cfg))
-            piped.append(pipeline_run(data_cfg, cfg, Path(tmp)))
-            print(f"trial {r + 1}: bare {bare[-1]:.0f}/s, pipeline {piped[-1]:.0f}/s", flush=True)
-    train_flops = flops_per_example(build_model(spec), data.input_shape)["train"]
-    peak = matmul_peak()
-    ratios = [p / b for p, b in zip(piped, bare)]
+            for arm in arms:
+                name, precision, kind = arm
+                cfg = TrainConfig(epochs=epochs, precision=precision, compile=kind == "compiled")
+                if kind == "bare":
+                    spec = resolve_spec(name, data.input_shape, data.num_classes)
+                    samples[arm].append(bare_loop(data, spec, cfg, precision))
+                else:
+                    rate, per_epoch = pipeline_run(data_cfg, cfg, name, Path(tmp))
+                    samples[arm].append(rate)
+                    epoch_s[arm].append(per_epoch)
+                rate = samples[arm][-1]
+                print(f"trial {r + 1} {name} {precision} {kind}: {rate:.0f} samples/s", flush=True)
+            load.append(os.getloadavg()[0])
+    peaks = {p: matmul_peak(DTYPES.get(p, torch.float32)) for p in precs}
     result = {
         "threads": torch.get_num_threads(),
+        "load_average_1min": load,
         "train_examples": len(data.train),
         "epochs_per_trial": epochs,
-        "bare_samples_per_s_median": statistics.median(bare),
-        "pipeline_samples_per_s_median": statistics.median(piped),
-        "ratio_per_trial": ratios,
-        "ratio_median": statistics.median(ratios),
-        "train_flops_per_example": train_flops,
-        "achieved_gflops_bare": train_flops * statistics.median(bare) / 1e9,
-        "achieved_gflops_pipeline": train_flops * statistics.median(piped) / 1e9,
-        "matmul_peak_gflops": peak / 1e9,
-        "fraction_of_peak_pipeline": train_flops * statistics.median(piped) / peak,
+        "matmul_peak_gflops": {p: v / 1e9 for p, v in peaks.items()},
+        "arms": {},
     }
+    for name in specs.split(","):
+        spec = resolve_spec(name, data.input_shape, data.num_classes)
+        train_flops = flops_per_example(build_model(spec), data.input_shape)["train"]
+        per = {"train_flops_per_example": train_flops}
+        for p in precs:
+            bare, piped = samples[(name, p, "bare")], samples[(name, p, "pipeline")]
+            ratios = [a / b for a, b in zip(piped, bare)]
+            entry = {
+                "bare_samples_per_s": bare,
+                "pipeline_samples_per_s": piped,
+                "bare_median": statistics.median(bare),
+                "pipeline_median": statistics.median(piped),
+                "pipeline_over_bare_median": statistics.median(ratios),
+                "achieved_gflops_pipeline": train_flops * statistics.median(piped) / 1e9,
+                "fraction_of_same_dtype_mm_peak": train_flops * statistics.median(piped) / peaks[p],
+            }
+            if p != "fp32" and (name, "fp32", "pipeline") in samples:
+                fp32 = samples[(name, "fp32", "pipeline")]
+                entry["speedup_over_fp32_median"] = statistics.median(a / b for a, b in zip(piped, fp32))
+            if with_compile:
+                compiled = epoch_s[(name, p, "compiled")]
+                eager = epoch_s[(name, p, "pipeline")]
+                entry["compiled_first_epoch_s"] = [e[0] for e in compiled]
+                entry["eager_first_epoch_s"] = [e[0] for e in eager]
+                if epochs > 1:
+                    later = lambda runs: statistics.median(t for e in runs for t in e[1:])
+                    entry["compiled_later_epoch_s_median"] = later(compiled)
+                    entry["eager_later_epoch_s_median"] = later(eager)
+            per[p] = entry
+        result["arms"][name] = per
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     Path(output).write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))

@@ -33,7 +33,9 @@ CURVE = [0.6, 0.8, 0.9, 0.985, 1.0]  # validation accuracy per epoch, as a fract
 EPOCH_S = {"static": 10.0, "dynamic-default+tiers": 6.0}
 
 
-def _record(variant: str, seed: int, spec: str, acc: float, hard: float | None, val: float) -> str:
+def _record(
+    variant: str, seed: int, spec: str, acc: float, hard: float | None, val: float, params: dict | None = None
+) -> str:
     entry_point = "train_static" if variant.startswith("static") else "train_dynamic"
     epoch_s = EPOCH_S.get(variant, 8.0)
     history = pd.DataFrame(
@@ -54,7 +56,8 @@ def _record(variant: str, seed: int, spec: str, acc: float, hard: float | None, 
     tags = {"entry_point": entry_point, "variant": variant, "final_spec": spec}
     with mlflow.start_run(run_name=f"{variant}-{seed}", tags=tags) as run:
         # one batch per run: each store write costs a commit on the shared SQLite file
-        mlflow.MlflowClient().log_batch(run.info.run_id, metrics=metrics, params=[Param("seed", str(seed))])
+        logged = [Param(k, str(v)) for k, v in {"seed": seed, **(params or {})}.items()]
+        mlflow.MlflowClient().log_batch(run.info.run_id, metrics=metrics, params=logged)
         mlflow.log_text(history.to_csv(index=False), "history.csv")
         mlflow.log_text(json.dumps({"specs": {}, "epochs": [], "events": events}), "architecture_trace.json")
     return run.info.run_id
@@ -84,6 +87,8 @@ def test_report_from_runs_in_a_real_store(tracking, tmp_path):
     check_missing_data(comp, paths.report_md.read_text(encoding="utf-8"))
     check_words(paths.report_md.read_text(encoding="utf-8"))
     check_html_and_figures(paths)
+
+    assert not paths.cost_frontier_png.exists()  # one training length: no cost frontier
 
     given = build_report(runs_df, histories, events, tmp_path / "given", target_acc=0.75)
     ttt = pd.read_csv(given.comparison_csv).query("metric == 'time/to_target_s'")
@@ -187,3 +192,21 @@ def check_html_and_figures(paths):
     for png in (paths.tier_accuracy_png, paths.accuracy_vs_wallclock_png, paths.learning_curves_png):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
     assert set(paths.files()) <= set(paths.out_dir.iterdir())
+
+
+def test_runs_of_several_budgets_get_a_cost_frontier_and_are_never_paired_across_them(tracking, tmp_path):
+    ids = []
+    for budget, shift in (("", 0.0), ("1e10flops", 0.02)):
+        for i, seed in enumerate(SEEDS[:2]):
+            params = {"epochs": 12, "budget": budget}
+            ids.append(_record("static", seed, STATIC_SPEC, STATIC_ACC[i] + shift, None, 0.8, params))
+            ids.append(
+                _record("dynamic-default+tiers", seed, GROWN_SPEC, BETTER_ACC[i] + shift, None, 0.8, params)
+            )
+    runs_df, histories, events = collect_runs(ids)
+    paths = build_report(runs_df, histories, events, tmp_path / "report")
+    assert paths.cost_frontier_png.exists() and paths.cost_frontier_png in paths.files()
+    assert "Accuracy against training cost" in paths.report_md.read_text(encoding="utf-8")
+    paired = pd.read_csv(paths.paired_csv).query("metric == 'test/acc'")
+    # Each dynamic group is paired with the static runs of its own budget only: +5 to +6 points.
+    assert len(paired) == 4 and paired["diff"].between(0.04, 0.07).all()
