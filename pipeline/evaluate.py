@@ -3,7 +3,8 @@
     python -m pipeline.evaluate --runs RUN_ID,RUN_ID
     mlflow run . -e evaluate --env-manager local            # every finished training run
 
-This is the only step that loads the test split. For each training run it rebuilds the model
+This is the only step that measures the models on the test split (score_difficulty scores it
+only to cut its tiers; training steps and tune never load it). For each training run it rebuilds the model
 from its logged safetensors file and spec (nothing is unpickled), reloads exactly the data the
 run trained on (checked by digest), takes test tiers from the run's score_difficulty run, and
 computes accuracy overall and per tier, per-class accuracy, the confusion matrix and inference
