@@ -146,6 +146,17 @@ def scoring_cost(scores_run: str, data: Data, measured_s: float | None) -> dict:
     }
 
 
+def scores_with_cost(data_cfg: DataConfig, data: Data, scores_run: str = "") -> tuple[str, dict]:
+    """The score_difficulty run the curriculum arms use (run here and timed, unless given) and
+    its cost (``scoring_cost``)."""
+    measured = None
+    if not scores_run:
+        start = time.perf_counter()
+        scores_run = score_difficulty.run(data_cfg, score_difficulty.ScoreConfig())
+        measured = time.perf_counter() - start
+    return scores_run, scoring_cost(scores_run, data, measured)
+
+
 def run_arm(name: str, run) -> dict:
     """Call ``run()`` (one training step) and time it; returns the outcome's numbers."""
     load = os.getloadavg()
@@ -201,12 +212,7 @@ def main(
     final = validate_schedule(start_spec, events, epochs)
     machine_start = machine()
     warm_s = warm_up(data, [start_spec, final])
-    measured = None
-    if not scores_run:
-        start = time.perf_counter()
-        scores_run = score_difficulty.run(data_cfg, score_difficulty.ScoreConfig())
-        measured = time.perf_counter() - start
-    scoring_info = scoring_cost(scores_run, data, measured)
+    scores_run, scoring_info = scores_with_cost(data_cfg, data, scores_run)
     print(f"score_difficulty: {scoring_info['seconds']:.0f}s, {scoring_info['flops']:.3g} FLOPs", flush=True)
 
     final_static = train_static.StaticConfig(spec=final.to_json())

@@ -34,7 +34,6 @@ import os
 import platform
 import random
 import sys
-import time
 from pathlib import Path
 
 import click
@@ -49,14 +48,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run
 from models.builder import build_model
 from models.flops import flops_per_example
 from models.spec import resolve_spec
-from pipeline import evaluate, score_difficulty, train_dynamic, train_static
+from pipeline import evaluate, train_dynamic, train_static
 from pipeline.data import DataConfig, load_data
 from pipeline.loop import pick_device
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
 from pipeline.training import TrainConfig
-from scripts.bench_dynamic import REPORT_SEEDS, TUNING_SEEDS, machine, scoring_cost
+from scripts.bench_dynamic import REPORT_SEEDS, TUNING_SEEDS, machine, scores_with_cost, warm_up
 
 REFERENCE_EPOCHS = 12
 SUMMARISED = ("test_acc", "train_s", "flops", "epochs")
@@ -132,12 +131,8 @@ def main(seeds: str, fractions: str, subset: int, data_dir: str, scores_run: str
     per_example = flops_per_example(build_model(final), data.input_shape)["train"]
     static_12 = per_example * len(data.train) * REFERENCE_EPOCHS  # exact: every example, every epoch
     shares = [float(f) for f in fractions.split(",")]
-    measured = None
-    if not scores_run:
-        start = time.perf_counter()
-        scores_run = score_difficulty.run(data_cfg, score_difficulty.ScoreConfig())
-        measured = time.perf_counter() - start
-    scoring = scoring_cost(scores_run, data, measured)
+    warm_up(data, [resolve_spec("minimal", data.input_shape, data.num_classes), final])
+    scores_run, scoring = scores_with_cost(data_cfg, data, scores_run)
     quiet = RunConfig(progress=False)
     static_cfg = train_static.StaticConfig(spec=final.to_json())
     arms = [("static", f) for f in shares] + [("dynamic", f) for f in shares] + [("dynamic-12ep", 1.0)]
