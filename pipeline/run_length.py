@@ -46,7 +46,6 @@ class RunLength:
     events: list[GrowthEvent]
     final: ArchSpec
     setup: object  # the CurriculumSetup built for these epochs
-    planned_cost: float  # in the budget's unit
 
     @property
     def epochs(self) -> int:
@@ -134,8 +133,7 @@ def resolve_run_length(
         one_step = train_cfg.batch_size * cost_per_example(start)
         epochs = epochs_for(budget, planned_cost, one_step)
     cfg, events, final, setup = built(epochs)
-    cost = planned_cost(epochs) if budget.unit != "epochs" else float(epochs)
-    return RunLength(budget, cfg, events, final, setup, cost)
+    return RunLength(budget, cfg, events, final, setup)
 
 
 def _examples(setup, epoch: int, epochs: int, n_train: int) -> float:
