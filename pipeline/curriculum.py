@@ -151,7 +151,9 @@ class Curriculum:
     starting fraction of the difficulty and self-paced pacings. ``boundaries=[e1, e2]``: epochs
     before e1 use tier 0, before e2 tiers 0-1, then all; ``[e1, e2, e3]``: from e3 on, tiers 1-2
     (the easy examples retire). ``self_paced_pacing`` names the pacing
-    function that gives self-paced its fraction.
+    function that gives self-paced its fraction. ``rejoin`` > 0: the final such fraction of
+    training uses every tier again (the retired easy examples rejoin, so the run ends on the
+    full data it is evaluated on).
     """
 
     def __init__(
@@ -167,6 +169,7 @@ class Curriculum:
         boundaries: Sequence[int] | None = None,
         self_paced_pacing: str = "linear",
         eval_batch_size: int = 1024,
+        rejoin: float = 0.0,
     ):
         if pacing not in CURRICULUM_PACINGS:
             raise CurriculumError(
@@ -177,6 +180,9 @@ class Curriculum:
         get_pacing(self_paced_pacing)
         self.pacing, self.order, self.seed = pacing, order, int(seed)
         self.a, self.b = check_fraction("a", a), check_fraction("b", b)
+        if isinstance(rejoin, bool) or not (isinstance(rejoin, numbers.Real) and 0 <= rejoin < 1):
+            raise CurriculumError(f"--rejoin {rejoin!r} must be a fraction in [0, 1) of training at its end")
+        self.rejoin = float(rejoin)
         self.self_paced_pacing = self_paced_pacing
         self.eval_batch_size = int(eval_batch_size)
         if self.eval_batch_size < 1:
@@ -288,8 +294,15 @@ class Curriculum:
         # Thirds of a * epochs: epoch e is in stage k once e >= k * a * epochs / 3.
         return [math.ceil(k * self.a * epochs / 3 - COUNT_TOLERANCE) for k in (1, 2)]
 
+    def first_rejoined(self, epochs: int) -> int:
+        """The first epoch of the ``rejoin`` tail (``epochs`` when there is none)."""
+        return math.ceil(epochs * (1 - self.rejoin) - COUNT_TOLERANCE) if self.rejoin > 0 else epochs
+
     def stage(self, epoch: int, epochs: int) -> int:
-        """``tiers`` pacing: 0 easy only, 1 easy+medium, 2 all, 3 medium+hard (easy retired)."""
+        """``tiers`` pacing: 0 easy only, 1 easy+medium, 2 all, 3 medium+hard (easy retired);
+        2 again in the ``rejoin`` tail."""
+        if epoch >= self.first_rejoined(epochs):
+            return 2
         return sum(epoch >= e for e in self.tier_boundaries(epochs))
 
     def _tiers_in_use(self, stage: int) -> np.ndarray:

@@ -125,6 +125,7 @@ def train_one_epoch(
     precision: str = "fp32",
     scaler: torch.amp.GradScaler | None = None,
     allows: Callable[[int, int, float], bool] | None = None,
+    label_smoothing: float = 0.0,
 ) -> EpochStats:
     """One pass over ``positions`` (indices into ``split``) in a random order.
 
@@ -135,6 +136,7 @@ def train_one_epoch(
     the autocast dtype of forward and loss; fp16 needs ``scaler``. ``allows(done, next, s)``,
     asked before each step with the examples trained so far, the next batch's size and the
     seconds since the epoch started, ends the epoch early when it says no (a spent budget).
+    ``label_smoothing`` applies to the training loss only (and so to the losses pruning sees).
     """
     model.train()
     device = split.x.device
@@ -167,10 +169,12 @@ def train_one_epoch(
             logits = model(x)
             # autocast computes cross-entropy in fp32 whatever the logits' dtype
             if weights is None and per_example is None:
-                loss = nn.functional.cross_entropy(logits, y)
+                loss = nn.functional.cross_entropy(logits, y, label_smoothing=label_smoothing)
                 batch_loss = loss.detach() * len(idx)
             else:
-                each = nn.functional.cross_entropy(logits, y, reduction="none")  # (B,)
+                each = nn.functional.cross_entropy(
+                    logits, y, reduction="none", label_smoothing=label_smoothing
+                )  # (B,)
                 loss = (each * weights[idx]).mean() if weights is not None else each.mean()
                 batch_loss = each.detach().sum()
                 if per_example is not None:

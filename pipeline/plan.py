@@ -53,6 +53,11 @@ class CurriculumConfig:
     curriculum_seed: int = opt(0, "seed of the random-order control")
     prune: float = opt(0.0, PRUNE_HELP)
     prune_anneal: float = opt(0.125, "final fraction of training that trains on every chosen example")
+    rejoin: float = opt(
+        0.0,
+        "final fraction of training on every example: the easy examples the tiers curriculum "
+        "retired rejoin, and pruning stops (0: never)",
+    )
     prune_from: int = opt(
         0,
         "first epoch that prunes; 0: when the easy examples retire (tiers pacing), else 1; "

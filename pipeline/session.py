@@ -25,7 +25,7 @@ from models.io import save_model
 from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
 from pipeline import plots
 from pipeline.cli import opt, option_name
-from pipeline.curriculum import Curriculum
+from pipeline.curriculum import Curriculum, CurriculumError
 from pipeline.data import Data
 from pipeline.loop import pick_device, seed_everything
 from pipeline.plan import CurriculumConfig, growth_boundaries
@@ -394,6 +394,8 @@ def prepare_curriculum(
 ) -> CurriculumSetup:
     """Load the scores a run needs and build its curriculum; fails before any training."""
     needs_scores = cfg.pacing != "none"
+    if not 0 <= cfg.rejoin < 1:
+        raise CurriculumError(f"--rejoin {cfg.rejoin!r} must be a fraction in [0, 1) of training at its end")
     ref = cfg.scores_run.strip()
     if ref == "auto":
         ref = find_scores_run(data)
@@ -425,6 +427,7 @@ def prepare_curriculum(
         seed=cfg.curriculum_seed,
         boundaries=boundaries,
         eval_batch_size=train_cfg.eval_batch_size,
+        rejoin=cfg.rejoin,
     ).validate(train_cfg.epochs)
     pruner = make_pruner(cfg, train_cfg, curriculum, len(data.train))
     return CurriculumSetup(curriculum, val_tiers, run_id, cfg.pacing, cfg.order, pruner)
@@ -450,7 +453,9 @@ def make_pruner(
             curriculum.boundaries if curriculum is not None and curriculum.pacing == "tiers" else None
         )
         start = max(1, boundaries[2]) if boundaries and len(boundaries) == 3 else 1
-    pruner = LossPruner(n_train, cfg.prune, cfg.prune_anneal, start, train_cfg.seed)
+    # Pruning's losses of the retired easy examples are stale, so it stops where they rejoin.
+    anneal = max(cfg.prune_anneal, cfg.rejoin if curriculum is not None and curriculum.pacing == "tiers" else 0.0)
+    pruner = LossPruner(n_train, cfg.prune, anneal, start, train_cfg.seed)
     if not any(pruner.active(epoch, train_cfg.epochs) for epoch in range(train_cfg.epochs)):
         if cfg.prune_from == 0:
             return None

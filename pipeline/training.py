@@ -47,6 +47,12 @@ class TrainConfig:
     device: str = opt("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
     deterministic: bool = opt(False, "deterministic kernels: bit-identical reruns, somewhat slower")
     augment: str = opt("none", "batch augmentation: none, flip, shift or flip+shift")
+    label_smoothing: float = opt(0.0, "label smoothing of the training loss (0: none)")
+    growth_rewarm: float = opt(
+        0.0,
+        "fraction of training over which the learning rate climbs back to the schedule's after "
+        "each growth event (0: no re-warm)",
+    )
     eval_batch_size: int = opt(1024, "batch size for evaluation passes")
     precision: str = opt(
         "auto",
@@ -70,6 +76,10 @@ class TrainConfig:
             raise ConfigError(f"--momentum must be in [0, 1), got {self.momentum}")
         if self.weight_decay < 0:
             raise ConfigError(f"--weight-decay must be non-negative, got {self.weight_decay}")
+        if not 0 <= self.label_smoothing < 1:
+            raise ConfigError(f"--label-smoothing must be a fraction in [0, 1), got {self.label_smoothing}")
+        if not 0 <= self.growth_rewarm < 1:
+            raise ConfigError(f"--growth-rewarm must be a fraction in [0, 1), got {self.growth_rewarm}")
         if not 0 <= self.warmup < 1:
             raise ConfigError(f"--warmup must be a fraction in [0, 1), got {self.warmup}")
         if self.augment not in AUGMENTATIONS:
@@ -227,6 +237,19 @@ def tier_accuracies(result: EvalResult, tiers: torch.Tensor | None, prefix: str)
     return out
 
 
+def learning_rate(cfg: TrainConfig, trace: ArchitectureTrace, progress: float) -> float:
+    """The cosine schedule's rate at ``progress``; with ``--growth-rewarm w``, the rate after
+    each growth event (at its epoch's start) climbs linearly from near zero back to the
+    schedule's over a fraction ``w`` of training, so the new layers' first steps do not
+    take the full rate."""
+    lr = cosine_lr(cfg.lr, progress, cfg.warmup)
+    if cfg.growth_rewarm > 0:
+        for grown_at in {event["epoch"] / cfg.epochs for event in trace.events}:
+            if grown_at <= progress < grown_at + cfg.growth_rewarm:
+                lr *= (progress - grown_at + 1e-3) / cfg.growth_rewarm
+    return lr
+
+
 def fit(
     state: FitState,
     data: Data,
@@ -245,7 +268,7 @@ def fit(
     ``checkpoint`` is called after each finished epoch. A ``meter`` (``budget.BudgetMeter``)
     ends training before a step its FLOPs or seconds budget cannot pay for.
     """
-    lr_at = lambda progress: cosine_lr(cfg.lr, progress, cfg.warmup)
+    lr_at = functools.partial(learning_rate, cfg, state.trace)
     flops = flops_per_example(state.model, data.input_shape)
     device = data.train.x.device
     scaler = grad_scaler(state.precision, device)
@@ -285,6 +308,7 @@ def fit(
             precision=state.precision,
             scaler=scaler,
             allows=allows,
+            label_smoothing=cfg.label_smoothing,
         )
         if stats.examples == 0:  # the budget could not pay for a single step of this epoch
             state.stop_reason = "budget"

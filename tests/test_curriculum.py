@@ -174,6 +174,20 @@ def test_tiers_retire_easy_examples_at_a_third_boundary(difficulty, tiers):
     assert c.epoch_info(4, 6)["curriculum/tier_easy_coverage"] == 0.0
 
 
+def test_retired_easy_examples_rejoin_for_the_final_fraction(difficulty, tiers):
+    c = Curriculum(difficulty, tiers, pacing="tiers", boundaries=[1, 2, 4], rejoin=0.25)
+    # 8 epochs: the last quarter (epochs 6 and 7) uses every tier again.
+    assert [c.stage(e, 8) for e in range(8)] == [0, 1, 2, 2, 3, 3, 2, 2]
+    assert c.first_rejoined(8) == 6
+    assert set(tiers[c.positions(5, 8)].tolist()) == {1, 2}
+    assert len(c.positions(6, 8)) == len(c.positions(7, 8)) == N
+    # The random-order control follows the same counts.
+    rand = Curriculum(difficulty, tiers, pacing="tiers", order="random", boundaries=[1, 2, 4], rejoin=0.25)
+    assert [rand.count(e, 8) for e in range(8)] == [c.count(e, 8) for e in range(8)]
+    with pytest.raises(CurriculumError, match="--rejoin 1.0 must be a fraction"):
+        Curriculum(difficulty, tiers, pacing="tiers", rejoin=1.0)
+
+
 def test_tiers_default_boundaries_are_thirds_of_a_times_epochs(tiers):
     assert Curriculum(tiers=tiers, pacing="tiers", a=0.75).tier_boundaries(12) == [3, 6]
     assert Curriculum(tiers=tiers, pacing="tiers", a=1.0).tier_boundaries(10) == [4, 7]

@@ -8,12 +8,14 @@ import pytest
 import torch
 
 from models.spec import resolve_spec
-from pipeline.loop import DivergenceError, cosine_lr, seed_everything
+from pipeline.loop import DivergenceError, cosine_lr, seed_everything, train_one_epoch
 from pipeline.training import (
+    ArchitectureTrace,
     ConfigError,
     TrainConfig,
     TrainingPlan,
     fit,
+    learning_rate,
     new_state,
 )
 from tests.conftest import interrupted_then_resumed
@@ -54,6 +56,34 @@ def test_cosine_schedule_warms_up_peaks_and_ends_at_zero():
     assert cosine_lr(0.1, 0.0, 0.1) < 0.01
     assert cosine_lr(0.1, 0.1, 0.1) == pytest.approx(0.1)
     assert cosine_lr(0.1, 1.0, 0.1) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_growth_rewarm_ramps_the_rate_back_after_each_growth_event():
+    cfg = TrainConfig(epochs=10, lr=0.1, warmup=0.0, growth_rewarm=0.2)
+    trace = ArchitectureTrace({}, [], [{"epoch": 2, "label": "+conv"}, {"epoch": 2, "label": "+res"}])
+    schedule = lambda p: cosine_lr(0.1, p, 0.0)
+    assert learning_rate(cfg, trace, 0.1) == schedule(0.1)  # before growth: untouched
+    assert learning_rate(cfg, trace, 0.2) < 0.01 * schedule(0.2)  # growth at epoch 2 of 10
+    assert learning_rate(cfg, trace, 0.3) == pytest.approx(schedule(0.3) * (0.1 + 1e-3) / 0.2)
+    assert learning_rate(cfg, trace, 0.4) == schedule(0.4)  # the ramp is over
+    assert learning_rate(dataclasses.replace(cfg, growth_rewarm=0.0), trace, 0.2) == schedule(0.2)
+
+
+def test_label_smoothing_is_the_training_loss(small_data):
+    """One batch of every example at a zero rate: the epoch's loss is the smoothed
+    cross-entropy of the untouched model (train mode: batch statistics of that same batch)."""
+    state = fit(_fresh(small_data), small_data, dataclasses.replace(CFG, epochs=1), TrainingPlan())
+    n = len(small_data.train)
+    with torch.no_grad():
+        logits = state.model.train()(small_data.train.x)
+    expected = torch.nn.functional.cross_entropy(logits, small_data.train.y, label_smoothing=0.2)
+    assert float(expected) > torch.nn.functional.cross_entropy(logits, small_data.train.y) + 0.05
+    stats = train_one_epoch(
+        state.model, state.optimizer, small_data.train, torch.arange(len(small_data.train)),
+        batch_size=n, lr_at=lambda p: 0.0, epoch=0, epochs=1, global_step=0,
+        generator=torch.Generator().manual_seed(0), label_smoothing=0.2,
+    )
+    assert stats.loss == pytest.approx(float(expected), rel=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,157 @@
+"""Benchmark: screen the levers that might make growth end better, on the tuning seeds.
+
+    .venv/bin/python scripts/bench_levers.py --levers base,aug --output reports/levers/a.jsonl
+
+Each lever is a named set of options for the static control and the dynamic run. Per seed
+(tuning seeds 0-2 by default: choosing a default is tuning, so it reads the validation split
+only; the frontier benchmark reports on other seeds and the test split), it trains
+
+- ``static``: train_static, default spec, 12 epochs, with the lever's recipe options (once per
+  recipe: levers that change only the dynamic run share it);
+- ``dynamic``: train_dynamic, default schedule and curriculum, with the lever's options, at a
+  training-FLOPs budget of ``--share`` times the static 12-epoch run's (0.85: about its
+  wall-clock on CPU, where the minimal network's epochs cost more time per FLOP).
+
+FLOPs budgets make each run's length independent of the machine's load, so two screens may run
+side by side (one thread each). Every run appends a JSON line (lever, arm, seed, val/acc,
+seconds, FLOPs, epochs) to ``--output``; the summary prints each lever's paired val/acc
+difference dynamic - static with its 95% CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+import mlflow
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
+
+from models.builder import build_model
+from models.flops import flops_per_example
+from models.spec import resolve_spec
+from pipeline import train_dynamic, train_static
+from pipeline.data import DataConfig, load_data
+from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
+from pipeline.session import RunConfig
+from pipeline.stats import paired_test
+from pipeline.training import TrainConfig
+from scripts.bench_dynamic import TUNING_SEEDS, machine, scores_with_cost
+
+REFERENCE_EPOCHS = 12
+
+# name -> (recipe: TrainConfig options for both arms, DynamicCurriculumConfig options, GrowthConfig
+# options, TrainConfig options for the dynamic arm only)
+LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
+    "base": ({}, {}, {}, {}),
+    "aug": ({"augment": "flip+shift"}, {}, {}, {}),
+    "smooth": ({"label_smoothing": 0.1}, {}, {}, {}),
+    "aug+smooth": ({"augment": "flip+shift", "label_smoothing": 0.1}, {}, {}, {}),
+    "rejoin": ({}, {"rejoin": 0.25}, {}, {}),
+    "aug+rejoin": ({"augment": "flip+shift"}, {"rejoin": 0.25}, {}, {}),
+    "rewarm": ({}, {}, {}, {"growth_rewarm": 0.05}),
+    "aug+rewarm": ({"augment": "flip+shift"}, {}, {}, {"growth_rewarm": 0.05}),
+    "early": ({}, {}, {"schedule": "early"}, {}),
+    "aug+early": ({"augment": "flip+shift"}, {}, {"schedule": "early"}, {}),
+}
+
+
+def static_12_flops(data) -> float:
+    final = resolve_spec("default", data.input_shape, data.num_classes)
+    return flops_per_example(build_model(final), data.input_shape)["train"] * len(data.train) * REFERENCE_EPOCHS
+
+
+@click.command()
+@click.option("--levers", default="base,aug", show_default=True, help=f"of {', '.join(LEVERS)}")
+@click.option("--seeds", default=",".join(map(str, TUNING_SEEDS)), show_default=True)
+@click.option("--share", default=0.85, show_default=True, help="dynamic budget, of static-12's FLOPs")
+@click.option("--subset", default=0, show_default=True, help="0: full Fashion-MNIST")
+@click.option("--output", default="reports/levers/levers.jsonl", show_default=True)
+@click.option("--arms", default="static,dynamic", show_default=True, help="dynamic alone: statics run elsewhere")
+def main(levers: str, seeds: str, share: float, subset: int, output: str, arms: str) -> None:
+    names = [n.strip() for n in levers.split(",")]
+    unknown = [n for n in names if n not in LEVERS]
+    if unknown:
+        raise click.UsageError(f"--levers: unknown {', '.join(unknown)} (known: {', '.join(LEVERS)})")
+    os.environ.pop("MLFLOW_RUN_ID", None)
+    mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
+    mlflow.set_experiment("bench_levers")
+    data_cfg = DataConfig(subset=subset)
+    data = load_data(data_cfg)
+    budget = f"{share * static_12_flops(data):.17g}flops"
+    scores_run, _ = scores_with_cost(data_cfg, data)
+    quiet = RunConfig(progress=False)
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+
+    def record(lever: str, arm: str, seed: int, outcome) -> dict:
+        state = outcome.state
+        row = {
+            "lever": lever,
+            "arm": arm,
+            "seed": seed,
+            "share": share,
+            "subset": subset,
+            "val_acc": state.history[-1]["val/acc"],
+            "train_s": state.cumulative_s,
+            "flops": state.cumulative_train_flops,
+            "epochs": state.epoch,
+            "machine": machine(),
+        }
+        with out.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+        done.append(row)
+        return row
+
+    def have(lever: str, arm: str, seed: int, recipe: dict) -> bool:
+        return any(
+            r["arm"] == arm and r["seed"] == seed and r["subset"] == subset
+            and (LEVERS[r["lever"]][0] == recipe if arm == "static" else r["lever"] == lever and r["share"] == share)
+            for r in done
+        )
+
+    for seed in (int(s) for s in seeds.split(",")):
+        for name in names:
+            recipe, curriculum, growth, dynamic_only = LEVERS[name]
+            if "static" in arms and not have(name, "static", seed, recipe):
+                train = TrainConfig(epochs=REFERENCE_EPOCHS, seed=seed, **recipe)
+                spec = resolve_spec("default", data.input_shape, data.num_classes).to_json()
+                record(name, "static", seed, train_static.run(
+                    data_cfg, train, train_static.StaticConfig(spec=spec), CurriculumConfig(), quiet
+                ))
+            if "dynamic" in arms and not have(name, "dynamic", seed, recipe):
+                train = TrainConfig(epochs=REFERENCE_EPOCHS, seed=seed, budget=budget, **recipe, **dynamic_only)
+                record(name, "dynamic", seed, train_dynamic.run(
+                    data_cfg, train, GrowthConfig(**growth),
+                    DynamicCurriculumConfig(scores_run=scores_run, **curriculum), quiet,
+                ))
+    summarise(done, share, subset)
+
+
+def summarise(rows: list[dict], share: float, subset: int) -> None:
+    for name in LEVERS:
+        dyn = {r["seed"]: r for r in rows if r["lever"] == name and r["arm"] == "dynamic"
+               and r["share"] == share and r["subset"] == subset}
+        static = {r["seed"]: r for r in rows if r["arm"] == "static" and r["subset"] == subset
+                  and LEVERS[r["lever"]][0] == LEVERS[name][0]}
+        seeds = sorted(set(dyn) & set(static))
+        if not seeds:
+            continue
+        d = [dyn[s]["val_acc"] for s in seeds]
+        s_ = [static[s]["val_acc"] for s in seeds]
+        test = paired_test(d, s_)
+        time_ratio = sum(dyn[s]["train_s"] for s in seeds) / sum(static[s]["train_s"] for s in seeds)
+        print(
+            f"{name:12s} seeds {seeds}: dynamic {' '.join(f'{v:.4f}' for v in d)} | static "
+            f"{' '.join(f'{v:.4f}' for v in s_)} | diff {100 * test['mean_diff']:+.2f} pts "
+            f"(CI {100 * test['ci_low']:+.2f} to {100 * test['ci_high']:+.2f}), time {time_ratio:.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()
