@@ -12,6 +12,10 @@ more training. This trains, per seed and side by side (arms in a random order pe
   the epochs the budget buys (``--budget``);
 - ``dynamic-12ep``: train_dynamic at the static run's 12 epochs (the equal-epochs comparison).
 
+``--dynamic-fractions`` gives the dynamic arm its own budgets; ``--lever`` names a set of options
+from ``scripts/bench_levers.py`` (a recipe for both arms, curriculum and growth options for the
+dynamic one), chosen there on the tuning seeds.
+
 Every run is evaluated on the test split through ``evaluate`` (the pipeline's own step). The
 output (``--output-dir``: ``frontier.json``, ``frontier.png``) holds per arm and budget the mean
 test accuracy with its 95% interval over seeds, mean training wall-clock (``time/cumulative_s``:
@@ -19,7 +23,10 @@ the epoch loop with its validation passes, not MLflow logging) and training FLOP
 
 (a) the wall-clock ratio at which dynamic first reaches static-12's mean test accuracy (linear
     interpolation along dynamic's mean frontier; the FLOPs ratio beside it);
-(b) the paired test-accuracy difference dynamic - static at static-12's cost, with its CI;
+(b) the paired test-accuracy difference dynamic - static-12 at static-12's wall-clock: at the
+    largest dynamic budget whose mean training time is no more than static-12's (the minimal
+    network's epochs cost more time per FLOP on CPU, so equal FLOPs is not equal time), with
+    its CI; every dynamic budget's difference and time ratio is in the JSON;
 (c) the same at equal epochs (dynamic-12ep against static-12), with the wall-clock ratio.
 
 score_difficulty's cost (which the dynamic arms' curriculum needs) is reported beside, charged
@@ -56,6 +63,7 @@ from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
 from pipeline.training import TrainConfig
 from scripts.bench_dynamic import REPORT_SEEDS, TUNING_SEEDS, machine, scores_with_cost, warm_up
+from scripts.bench_levers import LEVERS
 
 REFERENCE_EPOCHS = 12
 SUMMARISED = ("test_acc", "train_s", "flops", "epochs")
@@ -114,12 +122,29 @@ def plot(frontier: dict, reference: dict, path: Path, title: str) -> None:
 @click.command()
 @click.option("--seeds", default=REPORT_SEEDS, show_default=True, help="seeds to report (not 0-2)")
 @click.option("--fractions", default="0.25,0.5,0.75,1,1.5", show_default=True, help="of static-12's FLOPs")
+@click.option("--dynamic-fractions", default="", help="the dynamic arm's, if not --fractions")
+@click.option(
+    "--lever", default="base", show_default=True,
+    help=f"options of both arms (recipe) and of the dynamic one, from bench_levers: {', '.join(LEVERS)}",
+)
 @click.option("--subset", default=0, show_default=True, help="0: full Fashion-MNIST")
 @click.option("--data-dir", default="", help="where the dataset files are")
 @click.option("--scores-run", default="", help="reuse this score_difficulty run")
 @click.option("--output-dir", default="reports/frontier", show_default=True)
-def main(seeds: str, fractions: str, subset: int, data_dir: str, scores_run: str, output_dir: str) -> None:
+def main(
+    seeds: str,
+    fractions: str,
+    dynamic_fractions: str,
+    lever: str,
+    subset: int,
+    data_dir: str,
+    scores_run: str,
+    output_dir: str,
+) -> None:
     seed_list = [int(s) for s in seeds.split(",")]
+    if lever not in LEVERS:
+        raise click.UsageError(f"--lever {lever!r}: use one of {', '.join(LEVERS)}")
+    recipe, curriculum_options, growth_options, dynamic_only = LEVERS[lever]
     if set(seed_list) & set(TUNING_SEEDS):
         raise click.UsageError(f"--seeds {seeds}: seeds {TUNING_SEEDS} chose the defaults; report on others")
     os.environ.pop("MLFLOW_RUN_ID", None)
@@ -131,25 +156,34 @@ def main(seeds: str, fractions: str, subset: int, data_dir: str, scores_run: str
     per_example = flops_per_example(build_model(final), data.input_shape)["train"]
     static_12 = per_example * len(data.train) * REFERENCE_EPOCHS  # exact: every example, every epoch
     shares = [float(f) for f in fractions.split(",")]
+    dynamic_shares = [float(f) for f in (dynamic_fractions or fractions).split(",")]
+    if 1.0 not in shares:
+        raise click.UsageError(f"--fractions {fractions}: include 1 (static-12, the reference)")
     warm_up(data, [resolve_spec("minimal", data.input_shape, data.num_classes), final])
     scores_run, scoring = scores_with_cost(data_cfg, data, scores_run)
     quiet = RunConfig(progress=False)
     static_cfg = train_static.StaticConfig(spec=final.to_json())
-    arms = [("static", f) for f in shares] + [("dynamic", f) for f in shares] + [("dynamic-12ep", 1.0)]
+    arms = [("static", f) for f in shares] + [("dynamic", f) for f in dynamic_shares] + [("dynamic-12ep", 1.0)]
     runs = []
     for seed in seed_list:
         order = list(arms)
         random.Random(seed).shuffle(order)
         for arm, share in order:
             budget = "" if arm == "dynamic-12ep" else f"{share * static_12:.17g}flops"
-            train = TrainConfig(epochs=REFERENCE_EPOCHS, seed=seed, budget=budget)
+            train = TrainConfig(
+                epochs=REFERENCE_EPOCHS, seed=seed, budget=budget, **recipe, **({} if arm == "static" else dynamic_only)
+            )
             if arm == "static":
                 call = lambda train=train: train_static.run(
                     data_cfg, train, static_cfg, CurriculumConfig(scores_run=scores_run), quiet
                 )
             else:
                 call = lambda train=train: train_dynamic.run(
-                    data_cfg, train, GrowthConfig(), DynamicCurriculumConfig(scores_run=scores_run), quiet
+                    data_cfg,
+                    train,
+                    GrowthConfig(**growth_options),
+                    DynamicCurriculumConfig(scores_run=scores_run, **curriculum_options),
+                    quiet,
                 )
             row = {"seed": seed, "arm": arm, "fraction": share, "budget": budget, **run_one(call)}
             runs.append(row)
@@ -173,17 +207,33 @@ def main(seeds: str, fractions: str, subset: int, data_dir: str, scores_run: str
                     for k in ("test_acc", "train_s", "flops", "epochs")
                 },
             }
-            for share in (shares if arm != "dynamic-12ep" else [1.0])
+            for share in {"static": shares, "dynamic": dynamic_shares, "dynamic-12ep": [1.0]}[arm]
         ]
         for arm in ("static", "dynamic", "dynamic-12ep")
     }
     reference = next(p for p in frontier["static"] if p["fraction"] == 1.0)
     target = reference["test_acc"]["mean"]
-    dyn = frontier["dynamic"]
+    # The equal-epochs run is one more point of dynamic's frontier (its cost is what it spent).
+    dyn = sorted(frontier["dynamic"] + frontier["dynamic-12ep"], key=lambda p: p["train_s"]["mean"])
     matched_s = first_match([p["train_s"]["mean"] for p in dyn], [p["test_acc"]["mean"] for p in dyn], target)
-    matched_f = first_match([p["flops"]["mean"] for p in dyn], [p["test_acc"]["mean"] for p in dyn], target)
+    dyn_f = sorted(dyn, key=lambda p: p["flops"]["mean"])
+    matched_f = first_match([p["flops"]["mean"] for p in dyn_f], [p["test_acc"]["mean"] for p in dyn_f], target)
     acc = lambda arm, share: [r["test_acc"] for r in cell(arm, share)]
-    at_cost = paired_test(acc("dynamic", 1.0), acc("static", 1.0))
+    time_ratio = lambda arm, share: [
+        d["train_s"] / s["train_s"] for d, s in zip(cell(arm, share), cell("static", 1.0))
+    ]
+    # Each dynamic budget against static-12, paired by seed: accuracy and wall-clock ratio.
+    per_share = {
+        share: {
+            "test": paired_test(acc("dynamic", share), acc("static", 1.0)),
+            "wallclock_ratio": summary(time_ratio("dynamic", share)),
+        }
+        for share in dynamic_shares
+    }
+    # (b) is stated at static-12's wall-clock: the largest budget whose mean time is no more.
+    within = [s for s in dynamic_shares if per_share[s]["wallclock_ratio"]["mean"] <= 1.0]
+    at_share = max(within) if within else min(dynamic_shares)
+    at_cost = per_share[at_share]["test"]
     at_epochs = paired_test(acc("dynamic-12ep", 1.0), acc("static", 1.0))
     time_12 = [d["train_s"] / s["train_s"] for d, s in zip(cell("dynamic-12ep", 1.0), cell("static", 1.0))]
     n_dynamic = sum(r["arm"] != "static" for r in runs)
@@ -205,8 +255,20 @@ def main(seeds: str, fractions: str, subset: int, data_dir: str, scores_run: str
         "frontier": frontier,
         "a_wallclock_ratio_to_match_static_12": matched_s / reference["train_s"]["mean"],
         "a_flops_ratio_to_match_static_12": matched_f / reference["flops"]["mean"],
-        "b_test_points_at_static_12_cost": {k: 100 * at_cost[k] for k in ("mean_diff", "ci_low", "ci_high")},
+        "lever": {"name": lever, "options": LEVERS[lever]},
+        "b_dynamic_flops_share": at_share,
+        "b_wallclock_ratio": per_share[at_share]["wallclock_ratio"],
+        "b_test_points_at_static_12_wallclock": {
+            k: 100 * at_cost[k] for k in ("mean_diff", "ci_low", "ci_high")
+        },
         "b_test": at_cost,
+        "per_dynamic_budget": {
+            str(share): {
+                "test_points": {k: 100 * v["test"][k] for k in ("mean_diff", "ci_low", "ci_high")},
+                "wallclock_ratio": v["wallclock_ratio"],
+            }
+            for share, v in per_share.items()
+        },
         "c_test_points_at_equal_epochs": {k: 100 * at_epochs[k] for k in ("mean_diff", "ci_low", "ci_high")},
         "c_wallclock_ratio_at_equal_epochs": summary(time_12),
         "runs": runs,
@@ -214,15 +276,16 @@ def main(seeds: str, fractions: str, subset: int, data_dir: str, scores_run: str
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "frontier.json").write_text(json.dumps(result, indent=2))
-    title = f"Fashion-MNIST ({subset or 'full'}), seeds {seeds}, {result['device']}"
+    title = f"Fashion-MNIST ({subset or 'full'}), lever {lever}, seeds {seeds}, {result['device']}"
     plot(frontier, reference, out / "frontier.png", title)
-    b, c = result["b_test_points_at_static_12_cost"], result["c_test_points_at_equal_epochs"]
+    b, c = result["b_test_points_at_static_12_wallclock"], result["c_test_points_at_equal_epochs"]
     print(
         f"(a) dynamic reaches static-12's mean test accuracy ({100 * target:.2f}%) at "
         f"{result['a_wallclock_ratio_to_match_static_12']:.2f}x its wall-clock "
         f"({result['a_flops_ratio_to_match_static_12']:.2f}x its FLOPs)\n"
-        f"(b) at static-12's FLOPs: dynamic - static = {b['mean_diff']:+.2f} points "
-        f"(95% CI {b['ci_low']:+.2f} to {b['ci_high']:+.2f})\n"
+        f"(b) at static-12's wall-clock (dynamic at {at_share:g}x its FLOPs, "
+        f"{result['b_wallclock_ratio']['mean']:.2f}x its time): dynamic - static = "
+        f"{b['mean_diff']:+.2f} points (95% CI {b['ci_low']:+.2f} to {b['ci_high']:+.2f})\n"
         f"(c) at 12 epochs: dynamic - static = {c['mean_diff']:+.2f} points "
         f"(95% CI {c['ci_low']:+.2f} to {c['ci_high']:+.2f}) in "
         f"{result['c_wallclock_ratio_at_equal_epochs']['mean']:.2f}x the wall-clock"
