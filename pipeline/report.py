@@ -65,6 +65,9 @@ COMPARABILITY_KEYS = (
     "precision",
 )
 
+# The keys that say how long a run trained: runs that differ only in them lie on one cost frontier.
+LENGTH_KEYS = ("epochs", "budget", "budget_resolved")
+
 TIERS = {"test/acc": "all", "test/acc_easy": "easy", "test/acc_medium": "medium", "test/acc_hard": "hard"}
 
 
@@ -92,7 +95,7 @@ COST_METRICS = ("time/total_s", TIME_TO_TARGET, "train/flops_cumulative", "test/
 # fmt: off
 COMPARISON_COLUMNS = [
     "group", "setting", "variant", "entry_point", "final_spec_id", "metric", "n", "mean", "std", "ci_low",
-    "ci_high", "baseline", "n_pairs", "mean_diff", "diff_ci_low", "diff_ci_high", "t_stat", "p_t",
+    "ci_high", "baseline", "pairing", "n_pairs", "mean_diff", "diff_ci_low", "diff_ci_high", "t_stat", "p_t",
     "p_wilcoxon", "within_noise", "ratio_to_baseline", "paired_ratio", "ratio_ci_low", "ratio_ci_high",
     "target_acc", "note",
 ]
@@ -159,6 +162,7 @@ def collect_runs(
                     "final_spec": tags.get("final_spec", ""),
                     "status": run.info.status,
                     "setting": setting_of(params),
+                    "budget_reference": budget_reference(params),
                     **run.data.metrics,
                 }
             )
@@ -175,7 +179,7 @@ def collect_runs(
                     Path(client.download_artifacts(run_id, TRACE_ARTIFACT, str(dest))).read_text()
                 )
                 events[run_id] = list(trace.get("events", []))
-    base = ["run_id", "run_name", "entry_point", "variant", "seed", "final_spec", "status", "setting"]
+    base = ["run_id", "run_name", "entry_point", "variant", "seed", "final_spec", "status", "setting", "budget_reference"]
     runs_df = pd.DataFrame(rows, columns=None if rows else base)
     runs_df = runs_df[base + sorted(c for c in runs_df.columns if c not in base)]
     runs_df["seed"] = runs_df["seed"].astype("Int64")
@@ -185,8 +189,21 @@ def collect_runs(
 def setting_of(params: dict[str, str]) -> str:
     """The run's ``COMPARABILITY_KEYS`` params as canonical JSON; a missing one is "".
 
-    Numbers are compared as numbers (``mlflow run`` may log ``6.0`` where the CLI logs ``6``)."""
-    return json.dumps({key: _canonical(params.get(key, "")) for key in COMPARABILITY_KEYS})
+    Numbers are compared as numbers (``mlflow run`` may log ``6.0`` where the CLI logs ``6``).
+    A budget that is another run's cost (``run:ID[:s][*f]``) is one setting whatever the run:
+    each seed's run names its own reference (``budget_reference``), which pairs it."""
+    values = {key: _canonical(params.get(key, "")) for key in COMPARABILITY_KEYS}
+    reference = budget_reference(params)
+    if reference:
+        values["budget"] = values["budget"].replace(reference, "RUN", 1)
+        values["budget_resolved"] = ""
+    return json.dumps(values)
+
+
+def budget_reference(params: dict[str, str]) -> str:
+    """The run id of a ``--budget run:ID...`` (the run whose cost this one was given), or ''."""
+    match = re.fullmatch(r"run:([0-9a-f]{32})(:s)?(\*.*)?", _canonical(params.get("budget", "")))
+    return match.group(1) if match else ""
 
 
 def _canonical(value: str) -> str:
@@ -238,6 +255,9 @@ class Group:
     target: float = math.nan  # target validation accuracy for time-to-target
     target_note: str = ""
     curves: int = 0  # runs with a validation curve in history.csv, for time-to-target
+    # "": paired with the baseline at equal training length (same setting); "seconds" or
+    # "flops": each run's budget was its seed's baseline run's cost (``--budget run:ID``)
+    equal_cost: str = ""
 
     @property
     def spec_id(self) -> str:
@@ -265,7 +285,9 @@ def _make_groups(runs_df: pd.DataFrame, histories: dict, target_acc: float | Non
     runs = runs_df.copy()
     if "setting" not in runs.columns:
         runs["setting"] = setting_of({})
-    for col in ("entry_point", "variant", "final_spec", "setting"):
+    if "budget_reference" not in runs.columns:
+        runs["budget_reference"] = ""
+    for col in ("entry_point", "variant", "final_spec", "setting", "budget_reference"):
         runs[col] = runs[col].fillna("").astype(str)
     runs["variant"] = runs["variant"].replace("", "(no variant tag)")
     runs["spec_key"] = runs["final_spec"].map(spec_key)
@@ -302,6 +324,8 @@ def _make_groups(runs_df: pd.DataFrame, histories: dict, target_acc: float | Non
     baselines = {(g.setting, g.spec_key): g for g in groups if g.is_baseline}
     for g in groups:
         base = baselines.get((g.setting, g.spec_key)) if g.spec_key else None
+        if base is None and not g.is_baseline:
+            base, g.equal_cost = _equal_cost_baseline(g, [b for b in baselines.values() if b.spec_key == g.spec_key])
         g.baseline = base if base is not g else None
         if g.baseline is None and not g.is_baseline:
             g.unmatched = _why_unmatched(g, [b for b in baselines.values() if b.spec_key == g.spec_key])
@@ -322,6 +346,24 @@ def _make_groups(runs_df: pd.DataFrame, histories: dict, target_acc: float | Non
             time_to_target(histories[r], g.target) if r in with_curve else math.nan for r in g.runs["run_id"]
         ]
     return groups
+
+
+def _equal_cost_baseline(g: Group, candidates: list[Group]) -> tuple[Group | None, str]:
+    """The static group ``g`` was given the cost of, run for run: every run of ``g`` has a
+    ``--budget run:ID`` naming the same seed's run of one baseline of its architecture, whose
+    setting is ``g``'s but for the training length. Returns (baseline, "seconds" or "flops")."""
+    refs = g.runs["budget_reference"]
+    if not len(refs) or not refs.astype(bool).all():
+        return None, ""
+    other = lambda setting: {k: v for k, v in json.loads(setting).items() if k not in LENGTH_KEYS}
+    unit = "seconds" if ":s" in json.loads(g.setting).get("budget", "") else "flops"
+    for base in candidates:
+        if other(base.setting) != other(g.setting):
+            continue
+        seed_of = dict(zip(base.runs["run_id"], base.runs["unit"]))
+        if all(seed_of.get(ref) == seed for ref, seed in zip(refs, g.runs["unit"])):
+            return base, unit
+    return None, ""
 
 
 def setting_labels(settings: Iterable[str]) -> dict[str, str]:
@@ -390,6 +432,7 @@ def _comparison_rows(groups: list[Group]) -> tuple[list[dict], list[dict]]:
                 "metric": metric,
                 **summary(values),
                 "baseline": "",
+                "pairing": "",
                 "n_pairs": 0,
                 "target_acc": math.nan,
                 "note": "",
@@ -414,6 +457,7 @@ def _comparison_rows(groups: list[Group]) -> tuple[list[dict], list[dict]]:
                 base_mean = summary(base_values)["mean"]
                 row.update(
                     baseline=g.baseline.label,
+                    pairing=f"equal cost ({g.equal_cost})" if g.equal_cost else "equal length",
                     n_pairs=test["n"],
                     mean_diff=test["mean_diff"],
                     diff_ci_low=test["ci_low"],
@@ -568,8 +612,8 @@ ANSWER_COSTS = {"time/total_s": ("training wall-clock", "faster", "slower"),
 
 def _answer(comp: pd.DataFrame) -> list[str]:
     """One line per variant with a matched static baseline: wall-clock and FLOPs ratios and the
-    test accuracy difference (same setting, so at equal epochs or budget), each with its 95% CI
-    and a verdict."""
+    test accuracy difference (at equal training length, or at equal cost for runs whose budget
+    was their static twin's cost), each with its 95% CI and a verdict."""
     lines = []
     paired = comp[comp["baseline"].fillna("") != ""]
     for group in dict.fromkeys(paired["group"]):
@@ -584,7 +628,14 @@ def _answer(comp: pd.DataFrame) -> list[str]:
                 parts.append(f"{title} {_ratio_phrase(rows[metric], good, bad)}")
         if "test/acc" in rows:
             r = rows["test/acc"]
-            parts.append(f"test accuracy {_diff_answer(r)} at equal training length")
+            pairing = str(r.get("pairing", ""))
+            unit = pairing.removeprefix("equal cost (").removesuffix(")")
+            at = (
+                f"at equal cost (each run was given its seed's static run's training {unit})"
+                if pairing.startswith("equal cost")
+                else "at equal training length"
+            )
+            parts.append(f"test accuracy {_diff_answer(r)} {at}")
         lines.append(f"**{group}** vs {base} ({_seeds(n)} paired): " + "; ".join(parts) + ".")
     return lines
 
@@ -619,7 +670,8 @@ def _conclusion(comp: pd.DataFrame) -> list[str]:
         lines.append(
             f"The runs fall into {len(settings)} settings that cannot be compared with each other "
             f"({'; '.join(settings)}): each is summarised on its own, and a variant is paired only "
-            "with the static baseline of its own setting."
+            "with the static baseline of its own setting (or, given a static run's cost as its budget, "
+            "with those static runs, at equal cost)."
         )
     for setting, metric in [(s, m) for s in settings for m in TIERS]:
         rows = comp[comp["metric"] == metric]
@@ -1070,7 +1122,6 @@ def _plot_learning_curves(
     _save(fig, path)
 
 
-LENGTH_KEYS = ("epochs", "budget", "budget_resolved")
 
 
 def _plot_cost_frontier(groups: list[Group], path: Path) -> None:

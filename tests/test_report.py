@@ -210,3 +210,46 @@ def test_runs_of_several_budgets_get_a_cost_frontier_and_are_never_paired_across
     paired = pd.read_csv(paths.paired_csv).query("metric == 'test/acc'")
     # Each dynamic group is paired with the static runs of its own budget only: +5 to +6 points.
     assert len(paired) == 4 and paired["diff"].between(0.04, 0.07).all()
+
+
+def test_runs_given_their_static_twins_cost_are_paired_with_them_at_equal_cost(tracking, tmp_path):
+    """A dynamic run per seed whose budget is ``run:<that seed's static run>:s`` shares one
+    setting with the others like it and is paired with those static runs, seed by seed, with
+    the Conclusion saying the comparison is at equal cost; a run naming another seed's static
+    run does not pair."""
+    statics, ids = {}, []
+    for i, seed in enumerate(SEEDS):
+        statics[seed] = _record("static", seed, STATIC_SPEC, STATIC_ACC[i], None, 0.8, {"epochs": 12, "budget": ""})
+        ids.append(statics[seed])
+    for i, seed in enumerate(SEEDS):
+        params = {"epochs": 12, "budget": f"run:{statics[seed]}:s", "budget_resolved": f"{40 + i} seconds"}
+        ids.append(_record("dynamic-default+tiers", seed, GROWN_SPEC, BETTER_ACC[i], None, 0.84, params))
+    # Same variant at equal epochs, so the equal-cost group is told apart by its budget.
+    for i, seed in enumerate(SEEDS):
+        ids.append(
+            _record("dynamic-default+tiers", seed, GROWN_SPEC, NOISE_ACC[i], None, 0.8, {"epochs": 12, "budget": ""})
+        )
+    runs_df, histories, events = collect_runs(ids)
+    paths = build_report(runs_df, histories, events, tmp_path / "report")
+    comp = pd.read_csv(paths.comparison_csv).query("metric == 'test/acc' and pairing == pairing")
+    assert sorted(comp["pairing"]) == ["equal cost (seconds)", "equal length"]
+    paired = pd.read_csv(paths.paired_csv).query("metric == 'test/acc'")
+    cost_group = comp.loc[comp["pairing"] == "equal cost (seconds)", "group"].item()
+    assert "budget run:RUN:s" in cost_group  # the setting's label names the budget, not one run
+    at_cost = paired[paired["group"] == cost_group]
+    assert sorted(at_cost["seed"]) == SEEDS
+    assert all(at_cost["baseline_run_ids"] == [statics[s] for s in at_cost["seed"]])
+    np.testing.assert_allclose(at_cost["diff"], np.subtract(BETTER_ACC, STATIC_ACC), atol=1e-9)
+    md = paths.report_md.read_text(encoding="utf-8")
+    conclusion = md.split("## Conclusion")[1]
+    assert "at equal cost (each run was given its seed's static run's training seconds)" in conclusion
+    assert "at equal training length" in conclusion
+
+    # Seed 2's run names seed 0's static run: the group no longer pairs run for run.
+    wrong = _record(
+        "dynamic-default+tiers", 2, GROWN_SPEC, 0.9, None, 0.84,
+        {"epochs": 12, "budget": f"run:{statics[0]}:s", "budget_resolved": "40 seconds"},
+    )
+    runs_df, histories, events = collect_runs([*ids[:3], *ids[3:5], wrong])
+    comp = pd.read_csv(build_report(runs_df, histories, events, tmp_path / "r2").comparison_csv)
+    assert set(comp.loc[comp["group"] == cost_group, "baseline"].fillna("")) == {""}
