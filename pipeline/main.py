@@ -54,6 +54,9 @@ class Preset:
     curricula: tuple[tuple[str, str], ...]
     # curricula of the static control; ("none", ...) is the matched baseline
     static_curricula: tuple[tuple[str, str], ...]
+    # curricula of dynamic runs given the matched baseline's training seconds of the same seed
+    # (--budget run:ID:s): the comparison at equal cost, which the Conclusion states
+    equal_cost: tuple[tuple[str, str], ...] = ()
 
 
 PRESETS = {
@@ -71,6 +74,7 @@ PRESETS = {
         schedules=("default",),
         curricula=(("tiers", "curriculum"), ("tiers", "random")),
         static_curricula=(("none", "curriculum"),),
+        equal_cost=(("tiers", "curriculum"),),
     ),
     # The study: full data, every named schedule with and without the curriculum, both
     # controls, and the curriculum alone on the static network.
@@ -81,6 +85,7 @@ PRESETS = {
         schedules=tuple(s for s in NAMED_SCHEDULES if s != "none"),
         curricula=(("none", "curriculum"), ("tiers", "curriculum"), ("tiers", "random"), ("tiers", "anti")),
         static_curricula=(("none", "curriculum"), ("tiers", "curriculum")),
+        equal_cost=(("tiers", "curriculum"),),
     ),
 }
 
@@ -267,31 +272,48 @@ def run(cfg: MainConfig) -> str:
                 "precision": cfg.precision,
             }
             # The matched static control: each distinct final architecture, trained from scratch.
+            baseline = {}  # final spec -> this seed's static run without a curriculum
             for final in {f.to_json(): f for f in finals.values()}.values():
                 for pacing, order in preset.static_curricula:
                     data_plan = static_curriculum(pacing, preset.epochs)
-                    training.append(
-                        step(
-                            "train_static",
-                            **common,
-                            spec=final.to_json(),
-                            pacing=pacing,
-                            order=order,
-                            **data_plan,
-                        )
+                    run_id = step(
+                        "train_static",
+                        **common,
+                        spec=final.to_json(),
+                        pacing=pacing,
+                        order=order,
+                        **data_plan,
                     )
+                    training.append(run_id)
+                    if pacing == "none":
+                        baseline[final.to_json()] = run_id
             for schedule in preset.schedules:
+                dynamic = {"schedule": schedule}
                 for pacing, order in preset.curricula:
                     training.append(
                         step(
                             "train_dynamic",
                             **common,
-                            schedule=schedule,
+                            **dynamic,
                             pacing=pacing,
                             order=order,
                             prune=curriculum_pruning(pacing),
                         )
                     )
+                for pacing, order in preset.equal_cost:
+                    twin = baseline.get(finals[schedule].to_json())
+                    if twin:
+                        training.append(
+                            step(
+                                "train_dynamic",
+                                **common,
+                                **dynamic,
+                                pacing=pacing,
+                                order=order,
+                                prune=curriculum_pruning(pacing),
+                                budget=f"run:{twin}:s",
+                            )
+                        )
         evaluation = step("evaluate", runs=",".join(training))
         with scratch_dir() as tmp:
             steps = pd.DataFrame(step.log)

@@ -16,9 +16,9 @@ from tests.conftest import mlflow_run
 pytestmark = pytest.mark.slow
 
 SMALL = ("subset=300", "epochs=2", "seeds=0")
-# quick preset, one seed: score_difficulty, the static control, the dynamic variant and its
-# random-order control, evaluate
-STEPS = 5
+# quick preset, one seed: score_difficulty, the static control, the dynamic variant, its
+# random-order control, the dynamic variant given the static run's seconds, evaluate
+STEPS = 6
 
 
 def _main(tracking: str, experiment_id: str) -> subprocess.CompletedProcess:
@@ -59,7 +59,13 @@ def test_main_runs_the_study_and_a_second_run_reuses_every_step(tracking, tmp_pa
         specs[run.data.tags["entry_point"]].add(json.dumps([spec.input_shape, spec.layers], sort_keys=True))
     assert len(specs["train_dynamic"]) == 1 and specs["train_static"] == specs["train_dynamic"]
     variants = {run.data.tags["variant"] for run in training}
-    assert len(variants) == STEPS - 2  # static, and dynamic with and against the curriculum
+    assert len(variants) == 3  # static, and dynamic with and against the curriculum
+    # The equal-cost run: its budget is the static run's training seconds, and the Conclusion
+    # compares the two at equal cost.
+    (static,) = _runs(experiment_id, "train_static")
+    budgets = [run.data.params.get("budget", "").strip("'") for run in _runs(experiment_id, "train_dynamic")]
+    assert sorted(budgets) == ["", "", f"run:{static.info.run_id}:s"]
+    assert "at equal cost" in first.stdout.split("### ")[0]
     (evaluation,) = _runs(experiment_id, "evaluate")
     assert main_run.data.tags["evaluate_run_id"] == evaluation.info.run_id
     report = {a.path for a in mlflow.MlflowClient().list_artifacts(evaluation.info.run_id, "report")}
