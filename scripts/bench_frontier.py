@@ -10,7 +10,9 @@ more training. This trains, per seed and side by side (arms in a random order pe
 - ``dynamic``: train_dynamic (default schedule and curriculum) at the same FLOPs budgets: its
   cheaper epochs buy more of them, and its schedule, curriculum and learning rate scale with
   the epochs the budget buys (``--budget``);
-- ``dynamic-12ep``: train_dynamic at the static run's 12 epochs (the equal-epochs comparison).
+- ``dynamic-12ep``: train_dynamic at the static run's 12 epochs (the equal-epochs comparison);
+- ``dynamic-same-time``: train_dynamic given the same seed's static-12 run's training seconds
+  (``--budget run:ID:s``): the comparison at equal wall-clock, on this machine.
 
 ``--dynamic-fractions`` gives the dynamic arm its own budgets; ``--lever`` names a set of options
 from ``scripts/bench_levers.py`` (a recipe for both arms, curriculum and growth options for the
@@ -23,10 +25,10 @@ the epoch loop with its validation passes, not MLflow logging) and training FLOP
 
 (a) the wall-clock ratio at which dynamic first reaches static-12's mean test accuracy (linear
     interpolation along dynamic's mean frontier; the FLOPs ratio beside it);
-(b) the paired test-accuracy difference dynamic - static-12 at static-12's wall-clock: at the
-    largest dynamic budget whose mean training time is no more than static-12's (the minimal
-    network's epochs cost more time per FLOP on CPU, so equal FLOPs is not equal time), with
-    its CI; every dynamic budget's difference and time ratio is in the JSON;
+(b) the paired test-accuracy difference dynamic - static-12 at static-12's wall-clock, with its
+    CI: the same-time arm's; without it, the largest dynamic FLOPs budget whose mean training
+    time is no more than static-12's (the minimal network's epochs cost more time per FLOP on
+    CPU, so equal FLOPs is not equal time); every dynamic budget's difference and time ratio is in the JSON;
 (c) the same at equal epochs (dynamic-12ep against static-12), with the wall-clock ratio.
 
 score_difficulty's cost (which the dynamic arms' curriculum needs) is reported beside, charged
@@ -37,6 +39,7 @@ are refused. Wall-clock comparisons hold only within one machine: the JSON recor
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import random
@@ -96,7 +99,12 @@ def first_match(times: list[float], accs: list[float], target: float) -> float:
 
 def plot(frontier: dict, reference: dict, path: Path, title: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
-    colours = {"static": "#1f77b4", "dynamic": "#d62728", "dynamic-12ep": "#2ca02c"}
+    colours = {
+        "static": "#1f77b4",
+        "dynamic": "#d62728",
+        "dynamic-12ep": "#2ca02c",
+        "dynamic-same-time": "#9467bd",
+    }
     for ax, key, label in (
         (axes[0], "train_s", "training wall-clock (s)"),
         (axes[1], "flops", "training FLOPs"),
@@ -105,7 +113,7 @@ def plot(frontier: dict, reference: dict, path: Path, title: str) -> None:
             xs = [p[key]["mean"] for p in points]
             ys = [100 * p["test_acc"]["mean"] for p in points]
             err = [100 * (p["test_acc"]["ci_high"] - p["test_acc"]["mean"]) for p in points]
-            marker = "s" if arm == "dynamic-12ep" else "o"
+            marker = {"dynamic-12ep": "s", "dynamic-same-time": "D"}.get(arm, "o")
             ax.errorbar(xs, ys, yerr=err, marker=marker, capsize=3, color=colours[arm], label=arm)
         ax.axhline(100 * reference["test_acc"]["mean"], color="grey", ls=":", lw=1, label="static-12 mean")
         ax.axvline(reference[key]["mean"], color="grey", ls="--", lw=1, label="static-12 cost")
@@ -122,9 +130,19 @@ def plot(frontier: dict, reference: dict, path: Path, title: str) -> None:
 @click.command()
 @click.option("--seeds", default=REPORT_SEEDS, show_default=True, help="seeds to report (not 0-2)")
 @click.option("--fractions", default="0.25,0.5,0.75,1,1.5", show_default=True, help="of static-12's FLOPs")
-@click.option("--dynamic-fractions", default="", help="the dynamic arm's, if not --fractions")
 @click.option(
-    "--lever", default="base", show_default=True,
+    "--dynamic-fractions", default="", help="the dynamic arm's, if not --fractions; 'none': no such arm"
+)
+@click.option(
+    "--same-time/--no-same-time",
+    default=True,
+    show_default=True,
+    help="also train dynamic for each seed's static-12 seconds (--budget run:ID:s)",
+)
+@click.option(
+    "--lever",
+    default="base",
+    show_default=True,
     help=f"options of both arms (recipe) and of the dynamic one, from bench_levers: {', '.join(LEVERS)}",
 )
 @click.option("--subset", default=0, show_default=True, help="0: full Fashion-MNIST")
@@ -135,6 +153,7 @@ def main(
     seeds: str,
     fractions: str,
     dynamic_fractions: str,
+    same_time: bool,
     lever: str,
     subset: int,
     data_dir: str,
@@ -156,22 +175,35 @@ def main(
     per_example = flops_per_example(build_model(final), data.input_shape)["train"]
     static_12 = per_example * len(data.train) * REFERENCE_EPOCHS  # exact: every example, every epoch
     shares = [float(f) for f in fractions.split(",")]
-    dynamic_shares = [float(f) for f in (dynamic_fractions or fractions).split(",")]
+    text = dynamic_fractions or fractions
+    dynamic_shares = [] if text == "none" else [float(f) for f in text.split(",")]
     if 1.0 not in shares:
         raise click.UsageError(f"--fractions {fractions}: include 1 (static-12, the reference)")
     warm_up(data, [resolve_spec("minimal", data.input_shape, data.num_classes), final])
     scores_run, scoring = scores_with_cost(data_cfg, data, scores_run)
     quiet = RunConfig(progress=False)
     static_cfg = train_static.StaticConfig(spec=final.to_json())
-    arms = [("static", f) for f in shares] + [("dynamic", f) for f in dynamic_shares] + [("dynamic-12ep", 1.0)]
+    arms = [("static", f) for f in shares] + [("dynamic", f) for f in dynamic_shares]
+    arms += [("dynamic-12ep", 1.0)] + ([("dynamic-same-time", 1.0)] if same_time else [])
     runs = []
     for seed in seed_list:
         order = list(arms)
         random.Random(seed).shuffle(order)
+        if same_time:  # it needs this seed's static-12 run: move it just after that one if before
+            order.remove(("dynamic-same-time", 1.0))
+            at = max(order.index(("static", 1.0)) + 1, random.Random(seed).randint(0, len(order)))
+            order.insert(at, ("dynamic-same-time", 1.0))
+        static_12_run = ""
         for arm, share in order:
-            budget = "" if arm == "dynamic-12ep" else f"{share * static_12:.17g}flops"
+            budget = {"dynamic-12ep": "", "dynamic-same-time": f"run:{static_12_run}:s"}.get(
+                arm, f"{share * static_12:.17g}flops"
+            )
             train = TrainConfig(
-                epochs=REFERENCE_EPOCHS, seed=seed, budget=budget, **recipe, **({} if arm == "static" else dynamic_only)
+                epochs=REFERENCE_EPOCHS,
+                seed=seed,
+                budget=budget,
+                **recipe,
+                **({} if arm == "static" else dynamic_only),
             )
             if arm == "static":
                 call = lambda train=train: train_static.run(
@@ -186,6 +218,8 @@ def main(
                     quiet,
                 )
             row = {"seed": seed, "arm": arm, "fraction": share, "budget": budget, **run_one(call)}
+            if (arm, share) == ("static", 1.0):
+                static_12_run = row["run_id"]
             runs.append(row)
             print(json.dumps(row), flush=True)
     evaluate_run = evaluate.run(evaluate.EvaluateConfig(runs=",".join(r["run_id"] for r in runs)))
@@ -207,17 +241,22 @@ def main(
                     for k in ("test_acc", "train_s", "flops", "epochs")
                 },
             }
-            for share in {"static": shares, "dynamic": dynamic_shares, "dynamic-12ep": [1.0]}[arm]
+            for share in {"static": shares, "dynamic": dynamic_shares}.get(arm, [1.0])
         ]
-        for arm in ("static", "dynamic", "dynamic-12ep")
+        for arm in ("static", "dynamic", "dynamic-12ep", *(["dynamic-same-time"] if same_time else []))
     }
     reference = next(p for p in frontier["static"] if p["fraction"] == 1.0)
     target = reference["test_acc"]["mean"]
     # The equal-epochs run is one more point of dynamic's frontier (its cost is what it spent).
-    dyn = sorted(frontier["dynamic"] + frontier["dynamic-12ep"], key=lambda p: p["train_s"]["mean"])
+    dyn = sorted(
+        frontier["dynamic"] + frontier["dynamic-12ep"] + frontier.get("dynamic-same-time", []),
+        key=lambda p: p["train_s"]["mean"],
+    )
     matched_s = first_match([p["train_s"]["mean"] for p in dyn], [p["test_acc"]["mean"] for p in dyn], target)
     dyn_f = sorted(dyn, key=lambda p: p["flops"]["mean"])
-    matched_f = first_match([p["flops"]["mean"] for p in dyn_f], [p["test_acc"]["mean"] for p in dyn_f], target)
+    matched_f = first_match(
+        [p["flops"]["mean"] for p in dyn_f], [p["test_acc"]["mean"] for p in dyn_f], target
+    )
     acc = lambda arm, share: [r["test_acc"] for r in cell(arm, share)]
     time_ratio = lambda arm, share: [
         d["train_s"] / s["train_s"] for d, s in zip(cell(arm, share), cell("static", 1.0))
@@ -230,9 +269,17 @@ def main(
         }
         for share in dynamic_shares
     }
-    # (b) is stated at static-12's wall-clock: the largest budget whose mean time is no more.
-    within = [s for s in dynamic_shares if per_share[s]["wallclock_ratio"]["mean"] <= 1.0]
-    at_share = max(within) if within else min(dynamic_shares)
+    # (b) is stated at static-12's wall-clock: each seed's own seconds (the same-time arm), else
+    # the largest FLOPs budget whose mean time is no more.
+    if same_time:
+        per_share["same-time"] = {
+            "test": paired_test(acc("dynamic-same-time", 1.0), acc("static", 1.0)),
+            "wallclock_ratio": summary(time_ratio("dynamic-same-time", 1.0)),
+        }
+        at_share = "same-time"
+    else:
+        within = [s for s in dynamic_shares if per_share[s]["wallclock_ratio"]["mean"] <= 1.0]
+        at_share = max(within) if within else min(dynamic_shares)
     at_cost = per_share[at_share]["test"]
     at_epochs = paired_test(acc("dynamic-12ep", 1.0), acc("static", 1.0))
     time_12 = [d["train_s"] / s["train_s"] for d, s in zip(cell("dynamic-12ep", 1.0), cell("static", 1.0))]
@@ -279,13 +326,21 @@ def main(
     title = f"Fashion-MNIST ({subset or 'full'}), lever {lever}, seeds {seeds}, {result['device']}"
     plot(frontier, reference, out / "frontier.png", title)
     b, c = result["b_test_points_at_static_12_wallclock"], result["c_test_points_at_equal_epochs"]
+    if math.isfinite(matched_s):
+        print(
+            f"(a) dynamic reaches static-12's mean test accuracy ({100 * target:.2f}%) at "
+            f"{result['a_wallclock_ratio_to_match_static_12']:.2f}x its wall-clock "
+            f"({result['a_flops_ratio_to_match_static_12']:.2f}x its FLOPs)"
+        )
+    else:
+        print(
+            f"(a) dynamic does not reach static-12's mean test accuracy ({100 * target:.2f}%) at any budget"
+        )
+    how = "its own seconds" if same_time else f"{at_share:g}x its FLOPs"
     print(
-        f"(a) dynamic reaches static-12's mean test accuracy ({100 * target:.2f}%) at "
-        f"{result['a_wallclock_ratio_to_match_static_12']:.2f}x its wall-clock "
-        f"({result['a_flops_ratio_to_match_static_12']:.2f}x its FLOPs)\n"
-        f"(b) at static-12's wall-clock (dynamic at {at_share:g}x its FLOPs, "
-        f"{result['b_wallclock_ratio']['mean']:.2f}x its time): dynamic - static = "
-        f"{b['mean_diff']:+.2f} points (95% CI {b['ci_low']:+.2f} to {b['ci_high']:+.2f})\n"
+        f"(b) at static-12's wall-clock (dynamic at {how}, {result['b_wallclock_ratio']['mean']:.2f}x its "
+        f"time): dynamic - static = {b['mean_diff']:+.2f} points (95% CI {b['ci_low']:+.2f} to "
+        f"{b['ci_high']:+.2f})\n"
         f"(c) at 12 epochs: dynamic - static = {c['mean_diff']:+.2f} points "
         f"(95% CI {c['ci_low']:+.2f} to {c['ci_high']:+.2f}) in "
         f"{result['c_wallclock_ratio_at_equal_epochs']['mean']:.2f}x the wall-clock"
