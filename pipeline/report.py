@@ -179,7 +179,17 @@ def collect_runs(
                     Path(client.download_artifacts(run_id, TRACE_ARTIFACT, str(dest))).read_text()
                 )
                 events[run_id] = list(trace.get("events", []))
-    base = ["run_id", "run_name", "entry_point", "variant", "seed", "final_spec", "status", "setting", "budget_reference"]
+    base = [
+        "run_id",
+        "run_name",
+        "entry_point",
+        "variant",
+        "seed",
+        "final_spec",
+        "status",
+        "setting",
+        "budget_reference",
+    ]
     runs_df = pd.DataFrame(rows, columns=None if rows else base)
     runs_df = runs_df[base + sorted(c for c in runs_df.columns if c not in base)]
     runs_df["seed"] = runs_df["seed"].astype("Int64")
@@ -325,7 +335,9 @@ def _make_groups(runs_df: pd.DataFrame, histories: dict, target_acc: float | Non
     for g in groups:
         base = baselines.get((g.setting, g.spec_key)) if g.spec_key else None
         if base is None and not g.is_baseline:
-            base, g.equal_cost = _equal_cost_baseline(g, [b for b in baselines.values() if b.spec_key == g.spec_key])
+            base, g.equal_cost = _equal_cost_baseline(
+                g, [b for b in baselines.values() if b.spec_key == g.spec_key]
+            )
         g.baseline = base if base is not g else None
         if g.baseline is None and not g.is_baseline:
             g.unmatched = _why_unmatched(g, [b for b in baselines.values() if b.spec_key == g.spec_key])
@@ -1120,8 +1132,6 @@ def _plot_learning_curves(
     if drawn:
         ax.legend(fontsize=8)
     _save(fig, path)
-
-
 
 
 def _plot_cost_frontier(groups: list[Group], path: Path) -> None:

@@ -454,7 +454,9 @@ def make_pruner(
         )
         start = max(1, boundaries[2]) if boundaries and len(boundaries) == 3 else 1
     # Pruning's losses of the retired easy examples are stale, so it stops where they rejoin.
-    anneal = max(cfg.prune_anneal, cfg.rejoin if curriculum is not None and curriculum.pacing == "tiers" else 0.0)
+    anneal = max(
+        cfg.prune_anneal, cfg.rejoin if curriculum is not None and curriculum.pacing == "tiers" else 0.0
+    )
     pruner = LossPruner(n_train, cfg.prune, anneal, start, train_cfg.seed)
     if not any(pruner.active(epoch, train_cfg.epochs) for epoch in range(train_cfg.epochs)):
         if cfg.prune_from == 0:

@@ -61,7 +61,9 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
 
 def static_12_flops(data) -> float:
     final = resolve_spec("default", data.input_shape, data.num_classes)
-    return flops_per_example(build_model(final), data.input_shape)["train"] * len(data.train) * REFERENCE_EPOCHS
+    return (
+        flops_per_example(build_model(final), data.input_shape)["train"] * len(data.train) * REFERENCE_EPOCHS
+    )
 
 
 @click.command()
@@ -70,7 +72,9 @@ def static_12_flops(data) -> float:
 @click.option("--share", default=0.85, show_default=True, help="dynamic budget, of static-12's FLOPs")
 @click.option("--subset", default=0, show_default=True, help="0: full Fashion-MNIST")
 @click.option("--output", default="reports/levers/levers.jsonl", show_default=True)
-@click.option("--arms", default="static,dynamic", show_default=True, help="dynamic alone: statics run elsewhere")
+@click.option(
+    "--arms", default="static,dynamic", show_default=True, help="dynamic alone: statics run elsewhere"
+)
 def main(levers: str, seeds: str, share: float, subset: int, output: str, arms: str) -> None:
     names = [n.strip() for n in levers.split(",")]
     unknown = [n for n in names if n not in LEVERS]
@@ -110,8 +114,14 @@ def main(levers: str, seeds: str, share: float, subset: int, output: str, arms: 
 
     def have(lever: str, arm: str, seed: int, recipe: dict) -> bool:
         return any(
-            r["arm"] == arm and r["seed"] == seed and r["subset"] == subset
-            and (LEVERS[r["lever"]][0] == recipe if arm == "static" else r["lever"] == lever and r["share"] == share)
+            r["arm"] == arm
+            and r["seed"] == seed
+            and r["subset"] == subset
+            and (
+                LEVERS[r["lever"]][0] == recipe
+                if arm == "static"
+                else r["lever"] == lever and r["share"] == share
+            )
             for r in done
         )
 
@@ -121,24 +131,45 @@ def main(levers: str, seeds: str, share: float, subset: int, output: str, arms: 
             if "static" in arms and not have(name, "static", seed, recipe):
                 train = TrainConfig(epochs=REFERENCE_EPOCHS, seed=seed, **recipe)
                 spec = resolve_spec("default", data.input_shape, data.num_classes).to_json()
-                record(name, "static", seed, train_static.run(
-                    data_cfg, train, train_static.StaticConfig(spec=spec), CurriculumConfig(), quiet
-                ))
+                record(
+                    name,
+                    "static",
+                    seed,
+                    train_static.run(
+                        data_cfg, train, train_static.StaticConfig(spec=spec), CurriculumConfig(), quiet
+                    ),
+                )
             if "dynamic" in arms and not have(name, "dynamic", seed, recipe):
-                train = TrainConfig(epochs=REFERENCE_EPOCHS, seed=seed, budget=budget, **recipe, **dynamic_only)
-                record(name, "dynamic", seed, train_dynamic.run(
-                    data_cfg, train, GrowthConfig(**growth),
-                    DynamicCurriculumConfig(scores_run=scores_run, **curriculum), quiet,
-                ))
+                train = TrainConfig(
+                    epochs=REFERENCE_EPOCHS, seed=seed, budget=budget, **recipe, **dynamic_only
+                )
+                record(
+                    name,
+                    "dynamic",
+                    seed,
+                    train_dynamic.run(
+                        data_cfg,
+                        train,
+                        GrowthConfig(**growth),
+                        DynamicCurriculumConfig(scores_run=scores_run, **curriculum),
+                        quiet,
+                    ),
+                )
     summarise(done, share, subset)
 
 
 def summarise(rows: list[dict], share: float, subset: int) -> None:
     for name in LEVERS:
-        dyn = {r["seed"]: r for r in rows if r["lever"] == name and r["arm"] == "dynamic"
-               and r["share"] == share and r["subset"] == subset}
-        static = {r["seed"]: r for r in rows if r["arm"] == "static" and r["subset"] == subset
-                  and LEVERS[r["lever"]][0] == LEVERS[name][0]}
+        dyn = {
+            r["seed"]: r
+            for r in rows
+            if r["lever"] == name and r["arm"] == "dynamic" and r["share"] == share and r["subset"] == subset
+        }
+        static = {
+            r["seed"]: r
+            for r in rows
+            if r["arm"] == "static" and r["subset"] == subset and LEVERS[r["lever"]][0] == LEVERS[name][0]
+        }
         seeds = sorted(set(dyn) & set(static))
         if not seeds:
             continue

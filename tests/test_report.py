@@ -219,7 +219,9 @@ def test_runs_given_their_static_twins_cost_are_paired_with_them_at_equal_cost(t
     run does not pair."""
     statics, ids = {}, []
     for i, seed in enumerate(SEEDS):
-        statics[seed] = _record("static", seed, STATIC_SPEC, STATIC_ACC[i], None, 0.8, {"epochs": 12, "budget": ""})
+        statics[seed] = _record(
+            "static", seed, STATIC_SPEC, STATIC_ACC[i], None, 0.8, {"epochs": 12, "budget": ""}
+        )
         ids.append(statics[seed])
     for i, seed in enumerate(SEEDS):
         params = {"epochs": 12, "budget": f"run:{statics[seed]}:s", "budget_resolved": f"{40 + i} seconds"}
@@ -227,7 +229,15 @@ def test_runs_given_their_static_twins_cost_are_paired_with_them_at_equal_cost(t
     # Same variant at equal epochs, so the equal-cost group is told apart by its budget.
     for i, seed in enumerate(SEEDS):
         ids.append(
-            _record("dynamic-default+tiers", seed, GROWN_SPEC, NOISE_ACC[i], None, 0.8, {"epochs": 12, "budget": ""})
+            _record(
+                "dynamic-default+tiers",
+                seed,
+                GROWN_SPEC,
+                NOISE_ACC[i],
+                None,
+                0.8,
+                {"epochs": 12, "budget": ""},
+            )
         )
     runs_df, histories, events = collect_runs(ids)
     paths = build_report(runs_df, histories, events, tmp_path / "report")
@@ -247,7 +257,12 @@ def test_runs_given_their_static_twins_cost_are_paired_with_them_at_equal_cost(t
 
     # Seed 2's run names seed 0's static run: the group no longer pairs run for run.
     wrong = _record(
-        "dynamic-default+tiers", 2, GROWN_SPEC, 0.9, None, 0.84,
+        "dynamic-default+tiers",
+        2,
+        GROWN_SPEC,
+        0.9,
+        None,
+        0.84,
         {"epochs": 12, "budget": f"run:{statics[0]}:s", "budget_resolved": "40 seconds"},
     )
     runs_df, histories, events = collect_runs([*ids[:3], *ids[3:5], wrong])

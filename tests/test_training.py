@@ -79,9 +79,17 @@ def test_label_smoothing_is_the_training_loss(small_data):
     expected = torch.nn.functional.cross_entropy(logits, small_data.train.y, label_smoothing=0.2)
     assert float(expected) > torch.nn.functional.cross_entropy(logits, small_data.train.y) + 0.05
     stats = train_one_epoch(
-        state.model, state.optimizer, small_data.train, torch.arange(len(small_data.train)),
-        batch_size=n, lr_at=lambda p: 0.0, epoch=0, epochs=1, global_step=0,
-        generator=torch.Generator().manual_seed(0), label_smoothing=0.2,
+        state.model,
+        state.optimizer,
+        small_data.train,
+        torch.arange(len(small_data.train)),
+        batch_size=n,
+        lr_at=lambda p: 0.0,
+        epoch=0,
+        epochs=1,
+        global_step=0,
+        generator=torch.Generator().manual_seed(0),
+        label_smoothing=0.2,
     )
     assert stats.loss == pytest.approx(float(expected), rel=1e-5)
 

@@ -1,0 +1,58 @@
+"""scripts/bench_frontier.py end to end on a tiny real subset: its same-time arm is given its
+own seed's static-12 seconds, every run is evaluated on the test split, and (b) pairs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import mlflow
+import pytest
+
+from tests.conftest import REPO, subprocess_env
+
+pytestmark = pytest.mark.slow
+
+BENCH = [sys.executable, str(REPO / "scripts" / "bench_frontier.py")]
+
+
+def test_the_frontier_pairs_each_seeds_same_time_run_with_its_static_run(tracking, tmp_path):
+    refused = subprocess.run(
+        [*BENCH, "--seeds", "1,100"], env=subprocess_env(tracking), capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "chose the defaults" in refused.stderr
+
+    out = tmp_path / "frontier"
+    args = ["--subset", "300", "--seeds", "100,101", "--fractions", "1", "--dynamic-fractions", "none"]
+    result = subprocess.run(
+        [*BENCH, *args, "--output-dir", str(out)],
+        env=subprocess_env(tracking),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "frontier.json").read_text())
+    assert (out / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    runs = report["runs"]
+    assert sorted((r["seed"], r["arm"]) for r in runs) == [
+        (seed, arm) for seed in (100, 101) for arm in ("dynamic-12ep", "dynamic-same-time", "static")
+    ]
+    client = mlflow.MlflowClient()
+    for seed in (100, 101):
+        mine = {r["arm"]: r for r in runs if r["seed"] == seed}
+        static = mine["static"]["run_id"]
+        assert mine["dynamic-same-time"]["budget"] == f"run:{static}:s"
+        budget = client.get_run(mine["dynamic-same-time"]["run_id"]).data.params["budget"].strip("'")
+        assert budget == f"run:{static}:s"
+        for row in mine.values():  # accuracy is evaluate's, on the test split
+            assert row["test_acc"] == client.get_run(row["run_id"]).data.metrics["test/acc"]
+    ratios = [
+        next(r for r in runs if r["seed"] == s and r["arm"] == "dynamic-same-time")["train_s"]
+        / next(r for r in runs if r["seed"] == s and r["arm"] == "static")["train_s"]
+        for s in (100, 101)
+    ]
+    assert report["b_wallclock_ratio"]["mean"] == pytest.approx(sum(ratios) / 2)
+    assert report["b_dynamic_flops_share"] == "same-time"
+    assert "(b) at static-12's wall-clock (dynamic at its own seconds" in result.stdout
