@@ -50,11 +50,16 @@ TIMING_REPEATS = 3
 @dataclass(frozen=True)
 class EvaluateConfig:
     runs: str = opt("", "comma-separated training run ids; empty: every finished training run")
-    experiment_name: str = opt("", "with --runs empty: the experiment to take runs from (empty: all)")
+    experiment_name: str = opt(
+        "",
+        "experiment of this run, and with --runs empty the one to take runs from; empty: "
+        "growing-cnn, runs taken from every experiment",
+    )
     tag_filter: str = opt("", "with --runs empty: only runs with this tag, as key=value")
     target_acc: float = opt(0.0, "validation accuracy for time-to-target; 0: 99% of static's final")
     device: str = opt("cpu", "device for inference (timings are per device)")
     batch_size: int = opt(512, "inference batch size")
+    run_name: str = opt("", "MLflow run name; empty: evaluate")
 
 
 CONFIGS = (EvaluateConfig,)
@@ -231,8 +236,14 @@ def run(cfg: EvaluateConfig) -> str:
         raise UpstreamError(f"--batch-size must be positive, got {cfg.batch_size}")
     inference_device(cfg.device)  # before any run is opened or model downloaded
     run_ids = select_runs(cfg)
-    with tracked_run(ENTRY_POINT, flat_params(cfg)) as active:
-        mlflow.log_param("evaluated_runs", ",".join(run_ids)[:6000])
+    params = flat_params(cfg)
+    params["runs"] = ",".join(run_ids)  # what was evaluated; its full text in params/runs.txt
+    with tracked_run(
+        ENTRY_POINT,
+        params,
+        run_name=cfg.run_name or "evaluate",
+        experiment_name=cfg.experiment_name,
+    ) as active:
         data_cache: dict = {}
         with scratch_dir() as tmp:
             for i, run_id in enumerate(run_ids):

@@ -87,6 +87,15 @@ def curriculum_pruning(pacing: str) -> float:
     return 0.0 if pacing == "none" else DynamicCurriculumConfig().prune
 
 
+def curriculum_label(pacing: str, order: str, prune: float) -> str:
+    """The curriculum's part of a variant's name: ``+tiers``, ``+tiers-random``,
+    ``+tiers+prune0.3``, or '' for neither curriculum nor pruning."""
+    pruning = f"+prune{prune:g}" if prune else ""
+    if pacing == "none":
+        return pruning
+    return f"+{pacing}" + ("" if order == "curriculum" else f"-{order}") + pruning
+
+
 @dataclass(frozen=True)
 class GrowthConfig:
     start_spec: str = opt("minimal", "architecture the run starts from (name, JSON file or string)")

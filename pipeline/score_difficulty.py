@@ -79,7 +79,8 @@ class ScoreConfig:
     lr: float = opt(0.05, "peak learning rate of the fold models")
     device: str = opt("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
     precision: str = opt("auto", "autocast precision of the fold models' training: auto, fp32, bf16 or fp16")
-    run_name: str = opt("", "MLflow run name; empty for a generated one")
+    run_name: str = opt("", "MLflow run name; empty: score-difficulty")
+    experiment_name: str = opt("", "MLflow experiment of the run; empty: growing-cnn")
     progress: bool = opt(False, "show a progress bar per epoch of each fold model")
 
     def scorer_names(self) -> tuple[str, ...]:
@@ -196,7 +197,11 @@ def run(data_cfg: DataConfig, score_cfg: ScoreConfig) -> str:
     names = score_cfg.scorer_names()
     tags = {"spec_name": spec.name, "tier_scorer": score_cfg.tier_scorer, "scorers": ",".join(names)}
     with tracked_run(
-        ENTRY_POINT, flat_params(data_cfg, score_cfg), run_name=score_cfg.run_name or None, tags=tags
+        ENTRY_POINT,
+        flat_params(data_cfg, score_cfg),
+        run_name=score_cfg.run_name or "score-difficulty",
+        tags=tags,
+        experiment_name=score_cfg.experiment_name,
     ) as active:
         start = time.perf_counter()
         log_dataset(data, context="scoring")

@@ -28,7 +28,7 @@ from pipeline.cli import opt, option_name
 from pipeline.curriculum import Curriculum
 from pipeline.data import Data
 from pipeline.loop import pick_device, seed_everything
-from pipeline.plan import CurriculumConfig, growth_boundaries
+from pipeline.plan import CurriculumConfig, curriculum_label, growth_boundaries
 from pipeline.pruning import LossPruner, PruningError
 from pipeline.scores import load_scores
 from pipeline.tracking import (
@@ -40,6 +40,7 @@ from pipeline.tracking import (
     owned_elsewhere,
     resume_lock,
     scratch_dir,
+    shown_param,
     tracked_run,
 )
 from pipeline.training import (
@@ -62,7 +63,8 @@ DEFAULT_MAX_PARAMS = SizeLimits().max_params
 
 @dataclass(frozen=True)
 class RunConfig:
-    run_name: str = opt("", "MLflow run name; empty for a generated one")
+    run_name: str = opt("", "MLflow run name; empty: the variant and seed, e.g. static-s0")
+    experiment_name: str = opt("", "MLflow experiment of a new run; empty: growing-cnn")
     resume: str = opt("", "run id of an interrupted run of the same entry point to continue in place")
     progress: bool = opt(True, "show a progress bar per epoch")
     max_params: int = opt(
@@ -109,7 +111,15 @@ class TrainingOutcome:
 # limits (they only refuse networks, and the run's network is what it was). Every other
 # option, the device included (wall-clock is one of the study's results, and a run timed on two
 # devices measures neither), must equal the run's.
-RESUME_MAY_DIFFER = ("resume", "progress", "run_name", "data_dir", "max_params", "max_memory_gb")
+RESUME_MAY_DIFFER = (
+    "resume",
+    "progress",
+    "run_name",
+    "experiment_name",
+    "data_dir",
+    "max_params",
+    "max_memory_gb",
+)
 # Tags that the options resolve to and that must not change either: a named spec or
 # `--scores-run auto` that now resolves to something else would train another run.
 RESUME_SAME_TAGS = ("final_spec", "scores_run_id", "variant")
@@ -146,7 +156,7 @@ def check_resumable(
     logged, logged_tags = run.data.params, run.data.tags
     # A parameter the run never logged (an option added since) is taken as it is now.
     for key, value in (params or {}).items():
-        if key in RESUME_MAY_DIFFER or key not in logged or _same_value(logged[key], value):
+        if key in RESUME_MAY_DIFFER or key not in logged or _same_value(logged[key], shown_param(key, value)):
             continue
         if _is_option(key):
             raise UpstreamError(
@@ -215,8 +225,14 @@ def training_run(
         mlflow.MlflowClient().set_tag(outer_run_id, "resumed_run_id", run_cfg.resume)
     # Two resumers of one run would both train it and interleave its metrics: one holds it.
     lock = resume_lock(run_cfg.resume) if run_cfg.resume else contextlib.nullcontext()
-    run_name = run_cfg.run_name or None
-    with lock, tracked_run(entry_point, params, run_name, run_cfg.resume or None, tags) as active:
+    # Readable and unique: static-s0, dynamic-default+tiers-s2 (tags["variant"] and the seed).
+    run_name = run_cfg.run_name or f"{tags['variant']}-s{params['seed']}"
+    with (
+        lock,
+        tracked_run(
+            entry_point, params, run_name, run_cfg.resume or None, tags, run_cfg.experiment_name
+        ) as active,
+    ):
         log_dataset(data)
         yield active
 
@@ -368,10 +384,7 @@ class CurriculumSetup:
     def label(self) -> str:
         """The curriculum's part of a run's variant name, e.g. ``+tiers``, ``+tiers-random`` or
         ``+tiers+prune0.3``."""
-        pruning = f"+prune{self.pruner.rate:g}" if self.pruner is not None else ""
-        if self.pacing == "none":
-            return pruning
-        return f"+{self.pacing}" + ("" if self.order == "curriculum" else f"-{self.order}") + pruning
+        return curriculum_label(self.pacing, self.order, self.pruner.rate if self.pruner is not None else 0)
 
 
 def find_scores_run(data: Data) -> str:

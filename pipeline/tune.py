@@ -15,9 +15,10 @@ that cannot be built is pruned before training, with the reason in the trial's
 MLflow: one parent run per study (tag ``entry_point=tune``), opened before any trial, and one
 child run per trial with the parameters a ``train_dynamic`` run would log, per-epoch metrics
 (``val/acc``, ``val/acc_<tier>``, ``time/epoch_s``, ...) and ``architecture_trace.json``. Run
-tag ``optuna_trial_number`` and trial attribute ``mlflow_run_id`` link the two; pruned trials
-end KILLED with tag ``trial_state=PRUNED``. The study report (``study/report.html``, CSV, PNG)
-is logged on the parent.
+tag ``optuna_trial_number`` and trial attribute ``mlflow_run_id`` link the two; runs are named
+``tune-<study>`` and ``tune-<study>-trial-<n>``; pruned trials end FINISHED with tags
+``trial_state=PRUNED``, ``pruned`` (why) and ``pruned_at_epoch``. The study report
+(``study/report.html``, CSV, PNG) is logged on the parent.
 
 Storage: ``--storage`` takes an Optuna storage URL; by default ``optuna.db`` (SQLite) next to
 the MLflow store. A study of the same ``--study-name`` is resumed: ``--n-trials`` is the total
@@ -128,7 +129,8 @@ class StudyConfig:
     grace_period: int = opt(60, "seconds without a heartbeat after which a trial is failed and retried")
     max_retry: int = opt(2, "how often the trial of a worker that died is retried")
     wait_s: int = opt(300, "how long --worker waits for the study and its parent run to appear")
-    run_name: str = opt("", "name of the study's parent MLflow run; empty for a generated one")
+    run_name: str = opt("", "name of the study's parent MLflow run; empty: tune-<study name>")
+    experiment_name: str = opt("", "MLflow experiment of the study's runs; empty: growing-cnn")
 
     def validate(self) -> StudyConfig:
         if self.objectives not in OBJECTIVES:
@@ -361,7 +363,12 @@ def run(
         tags["pacing_note"] = note
         click.echo(f"note: {note}", err=True)
     with tracked_run(
-        ENTRY_POINT, params, run_name=study_cfg.run_name or None, run_id=reopen, tags=tags
+        ENTRY_POINT,
+        params,
+        run_name=study_cfg.run_name or f"tune-{study_cfg.study_name}",
+        run_id=reopen,
+        tags=tags,
+        experiment_name=study_cfg.experiment_name,
     ) as active:
         this_run = active.info.run_id
         if not parent:
