@@ -35,6 +35,7 @@ from models.io import load_model
 from pipeline import report
 from pipeline.cli import build_config, config_options, opt
 from pipeline.data import Data, DataConfig, Split, load_data
+from pipeline.logged_model import MODEL_ID_TAG
 from pipeline.loop import evaluate as evaluate_split
 from pipeline.loop import pick_device
 from pipeline.scores import load_scores
@@ -219,13 +220,13 @@ def evaluate_run(run_id: str, cfg: EvaluateConfig, data_cache: dict, tmp: Path) 
     (dest / "test_metrics.json").write_text(json.dumps(metrics, indent=2))
     for name in ("per_class.csv", "confusion_matrix.csv", "test_metrics.json"):
         client.log_artifact(run_id, str(dest / name), "evaluation")
-    client.log_batch(
-        run_id,
-        metrics=[
-            mlflow.entities.Metric(k, v, int(time.time() * 1000), 0)
-            for k, v in metrics.items()
-            if np.isfinite(v)
-        ],
+    # On the run and, where the run logged an MLflow Model, linked to that model too.
+    mlflow.log_metrics(
+        {k: v for k, v in metrics.items() if np.isfinite(v)},
+        step=0,
+        run_id=run_id,
+        model_id=run.data.tags.get(MODEL_ID_TAG) or None,
+        synchronous=True,
     )
     client.set_tag(run_id, "test_scores_run_id", scores_ref or "")
     return metrics

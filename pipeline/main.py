@@ -25,6 +25,7 @@ from models.growth import NAMED_SCHEDULES, final_spec, named_schedule
 from models.spec import resolve_spec
 from pipeline.cli import build_config, config_options, opt
 from pipeline.data import DataConfig, load_data
+from pipeline.logged_model import register_champion
 from pipeline.plan import curriculum_label, curriculum_pruning, growth_boundaries
 from pipeline.precision import PRECISIONS
 from pipeline.tracking import (
@@ -98,6 +99,11 @@ class MainConfig:
     env_manager: str = opt("local", "environment manager for the steps: local, virtualenv, uv or conda")
     precision: str = opt("auto", "autocast precision of training and scoring steps: auto, fp32, bf16, fp16")
     experiment_name: str = opt("", "MLflow experiment of main and its steps; empty: growing-cnn")
+    registered_model: str = opt(
+        "",
+        "Model Registry name for the best model (by validation accuracy), alias champion; "
+        "empty: growing-cnn-<dataset>",
+    )
 
 
 CONFIGS = (MainConfig,)
@@ -338,8 +344,16 @@ def run(cfg: MainConfig) -> str:
             steps.to_csv(tmp / "steps.csv", index=False)
             mlflow.log_artifact(str(tmp / "steps.csv"))
         reused = [s["run_id"] for s in step.log if s["reused"]]
+        champion = register_champion(training, cfg.registered_model or f"growing-cnn-{data.name}")
+        click.echo(
+            f"main: the best model by validation accuracy is {champion}"
+            if champion
+            else "main: no training run logged an MLflow Model, so none is registered",
+            err=True,
+        )
         mlflow.set_tags(
             {
+                "champion": champion,
                 "evaluate_run_id": evaluation,
                 "scores_run_id": scores,
                 "report": f"runs:/{evaluation}/report/report.html",

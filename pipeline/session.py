@@ -8,6 +8,7 @@ trace, learning curves, per-epoch history and the model (safetensors weights + s
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -27,6 +28,7 @@ from pipeline import plots
 from pipeline.cli import opt, option_name
 from pipeline.curriculum import Curriculum
 from pipeline.data import Data
+from pipeline.logged_model import log_classifier
 from pipeline.loop import pick_device, seed_everything
 from pipeline.plan import CurriculumConfig, curriculum_label, growth_boundaries
 from pipeline.pruning import LossPruner, PruningError
@@ -35,6 +37,7 @@ from pipeline.tracking import (
     HOST_TAG,
     PID_TAG,
     UpstreamError,
+    current_run_name,
     log_dataset,
     log_json,
     owned_elsewhere,
@@ -297,9 +300,7 @@ def train_and_log(
             state = new_state(spec, cfg, device)
         mlflow.set_tag("precision_resolved", state.precision)
         train_split, val_split = data.train.to(device), data.val.to(device)
-        on_device = Data(
-            data.name, data.classes, train_split, val_split, None, data.source_digest, data.digest
-        )
+        on_device = dataclasses.replace(data, train=train_split, val=val_split, test=None)
         ckpt_path = tmp / "last.pt"
 
         def log_epoch(epoch: int, metrics: dict, _state: FitState) -> None:
@@ -322,13 +323,18 @@ def train_and_log(
             meter=length.meter() if length is not None else None,
         )
         total_s = time.perf_counter() - start
-        log_final_artifacts(state, plan, tmp, title=f"{entry_point}: {spec.name}")
+        run_name = current_run_name()
+        log_final_artifacts(state, plan, tmp, title=run_title(run_name))
+        model_id = log_classifier(state.model, data, run_name, tmp)
+    # Linked to the logged model too: the UI's Models tab shows them beside it.
     mlflow.log_metrics(
         {
             "time/total_s": state.cumulative_s,
             "time/this_process_s": total_s,
             "final/val_acc": state.history[-1]["val/acc"],
-        }
+            "final/val_loss": state.history[-1]["val/loss"],
+        },
+        model_id=model_id,
     )
     if length is not None:
         log_budget(length, state)
@@ -347,6 +353,13 @@ def log_budget(length, state: FitState) -> None:
         {"budget/total": budget.amount, "budget/used": used, "budget/used_fraction": used / budget.amount}
     )
     mlflow.set_tags({"budget_unit": budget.unit, "stop_reason": state.stop_reason or "epochs"})
+
+
+def run_title(run_name: str) -> str:
+    """A figure's title naming the active run, its variant and seed: a name may be the user's."""
+    run = mlflow.get_run(mlflow.active_run().info.run_id)
+    variant, seed = run.data.tags.get("variant", "?"), run.data.params.get("seed", "?")
+    return f"{run_name}: variant {variant}, seed {seed}"
 
 
 def log_final_artifacts(state: FitState, plan: TrainingPlan, tmp: Path, title: str) -> None:

@@ -124,6 +124,12 @@ def mark_model_experiment(experiment_id: str) -> None:
         client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
 
 
+def current_run_name() -> str:
+    """The active run's name as the store has it (``mlflow.active_run()`` keeps the name the run
+    had when it was opened, before ``tracked_run`` renamed it)."""
+    return mlflow.get_run(mlflow.active_run().info.run_id).info.run_name or ""
+
+
 def unique_run_name(experiment_id: str, base: str, own_run_id: str = "") -> str:
     """``base``, or ``base-2``, ``base-3``... when another run of the experiment has that name."""
     taken = {

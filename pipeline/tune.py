@@ -51,6 +51,7 @@ from pipeline import search_space, study_report
 from pipeline.budget import parse_budget
 from pipeline.cli import build_config, config_options, opt, option_name
 from pipeline.data import Data, DataConfig, load_data
+from pipeline.logged_model import register_champion
 from pipeline.plan import DynamicCurriculumConfig
 from pipeline.run_length import run_cost
 from pipeline.session import find_scores_run, prepare_curriculum
@@ -131,6 +132,9 @@ class StudyConfig:
     wait_s: int = opt(300, "how long --worker waits for the study and its parent run to appear")
     run_name: str = opt("", "name of the study's parent MLflow run; empty: tune-<study name>")
     experiment_name: str = opt("", "MLflow experiment of the study's runs; empty: growing-cnn")
+    registered_model: str = opt(
+        "", "Model Registry name for the best trial's model, alias champion; empty: growing-cnn-<study name>"
+    )
 
     def validate(self) -> StudyConfig:
         if self.objectives not in OBJECTIVES:
@@ -385,6 +389,13 @@ def run(
             Worker(data, configs, study).work(study_cfg.n_trials)
             codes = [0]
         summary = log_report(study, parent)
+        best_runs = [b["mlflow_run_id"] for b in study_report.best_records(study) if b["mlflow_run_id"]]
+        champion = register_champion(
+            best_runs, study_cfg.registered_model or f"growing-cnn-{study_cfg.study_name}"
+        )
+        if champion:
+            mlflow.MlflowClient().set_tag(parent, "champion", champion)
+            click.echo(f"the best trial's model is {champion}", err=True)
         if parent != this_run:
             mlflow.log_metrics(summary)
         if any(code > 0 for code in codes):  # killed workers (< 0) are what heartbeats are for

@@ -25,6 +25,7 @@ from pipeline import search_space, study_report
 from pipeline.budget import scale_epoch
 from pipeline.curriculum import CurriculumError
 from pipeline.data import Data, DataConfig
+from pipeline.logged_model import log_classifier
 from pipeline.loop import DivergenceError, pick_device, seed_everything
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig, curriculum_pruning
 from pipeline.pruning import PruningError
@@ -86,6 +87,15 @@ class TrialRun:
     def log_params(self, params: dict[str, str]) -> None:
         log_params_shown(params, self.run_id)
 
+    def log_model(self, model, data: Data) -> None:
+        """Log ``model`` as this trial's MLflow Model, so that tune can register the best."""
+        # The fluent API logs models into the active run: make it this one (nested under the
+        # study's parent when that is open in this process). Leaving the block ends the run
+        # FINISHED, which __exit__ then confirms.
+        nested = mlflow.active_run() is not None
+        with mlflow.start_run(run_id=self.run_id, nested=nested), scratch_dir() as tmp:
+            log_classifier(model, data, self.client.get_run(self.run_id).info.run_name, tmp)
+
     def set_tags(self, tags: dict[str, str]) -> None:
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
@@ -131,6 +141,8 @@ class Worker:
             None,
             data.source_digest,
             data.digest,
+            data.mean,
+            data.std,
         )
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.code_version = code_version()
@@ -268,6 +280,7 @@ class Worker:
         run.log_metrics(
             {"final/val_acc": last["val/acc"], "time/total_s": state.cumulative_s}, step=state.epoch - 1
         )
+        run.log_model(state.model, self.data)
         click.echo(
             f"trial {trial.number}: val/acc {last['val/acc']:.4f} in {state.cumulative_s:.1f}s "
             f"[{candidate.schedule() or 'no growth'}; {candidate.pacing}; lr {candidate.lr:.3g}]"
