@@ -31,8 +31,8 @@ def _trained_runs(small_data, tmp_path, accuracies=(0.5,)) -> list[str]:
     for i, acc in enumerate(accuracies):
         torch.manual_seed(i)
         model = build_model(resolve_spec("tiny", small_data.input_shape, small_data.num_classes)).eval()
-        with mlflow.start_run(run_name=f"static-s{i}") as run:
-            log_classifier(model, small_data, f"static-s{i}", tmp_path / str(i))
+        with mlflow.start_run(run_name=f"static+prune0.3-s{i}") as run:
+            log_classifier(model, small_data, f"static+prune0.3-s{i}", tmp_path / str(i))
             mlflow.log_metric("final/val_acc", acc)
         ids.append(run.info.run_id)
     return ids
@@ -46,6 +46,7 @@ def _test_images(n: int = 16) -> tuple[np.ndarray, np.ndarray]:
 def test_the_logged_model_takes_raw_images_and_predicts_as_the_network_does(tracking, small_data, tmp_path):
     (run_id,) = _trained_runs(small_data, tmp_path)
     model_id = mlflow.get_run(run_id).data.tags[MODEL_ID_TAG]
+    assert mlflow.get_logged_model(model_id).name == "static+prune0_3-s0"  # MLflow refuses '.'
     logged = mlflow.pyfunc.load_model(f"models:/{model_id}")
     (spec,) = logged.metadata.signature.inputs.inputs
     assert spec.type == np.dtype(np.uint8) and spec.shape == (-1, *small_data.input_shape)
@@ -71,7 +72,7 @@ def test_the_best_run_by_validation_accuracy_becomes_the_champion(tracking, smal
     assert uri == f"models:/growing-cnn-test@{CHAMPION}"
     version = mlflow.MlflowClient().get_model_version_by_alias("growing-cnn-test", CHAMPION)
     best = mlflow.get_run(ids[1])
-    assert version.run_id == ids[1] and version.tags["run_name"] == "static-s1"
+    assert version.run_id == ids[1] and version.tags["run_name"] == "static+prune0.3-s1"
     assert mlflow.get_logged_model(best.data.tags[MODEL_ID_TAG]).model_id in version.source
     images, _ = _test_images(4)
     assert mlflow.pyfunc.load_model(uri).predict(images).shape == (4, small_data.num_classes)
