@@ -33,7 +33,7 @@ import torch
 from models.builder import SpecNet
 from models.io import load_model
 from pipeline import report
-from pipeline.cli import build_config, config_options, opt
+from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.data import Data, DataConfig, Split, load_data
 from pipeline.logged_model import MODEL_ID_TAG
 from pipeline.loop import evaluate as evaluate_split
@@ -262,7 +262,7 @@ def run(cfg: EvaluateConfig) -> str:
         return active.info.run_id
 
 
-@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
+@click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

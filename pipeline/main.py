@@ -23,7 +23,7 @@ import yaml
 
 from models.growth import NAMED_SCHEDULES, final_spec, named_schedule
 from models.spec import resolve_spec
-from pipeline.cli import build_config, config_options, opt
+from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.data import DataConfig, load_data
 from pipeline.logged_model import register_champion
 from pipeline.plan import curriculum_label, curriculum_pruning, growth_boundaries
@@ -377,7 +377,7 @@ def _print_conclusion(evaluate_run_id: str) -> None:
     click.echo(f"\nfull report: runs:/{evaluate_run_id}/report/report.html (MLflow UI, evaluate run)")
 
 
-@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
+@click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

@@ -42,7 +42,7 @@ import torch
 from models.spec import ArchSpec, resolve_spec
 from pipeline import scores as scores_table
 from pipeline import scoring
-from pipeline.cli import build_config, config_options, opt
+from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.data import Data, DataConfig, RawData, load_data, load_raw
 from pipeline.loop import pick_device
 from pipeline.tracking import (
@@ -406,7 +406,7 @@ def tier_count_figure(counts: pd.DataFrame, path: Path) -> Path:
     return path
 
 
-@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
+@click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

@@ -16,7 +16,7 @@ import mlflow
 from models.growth import NAMED_SCHEDULES, GrowthEvent, validate_schedule
 from models.spec import ArchSpec, resolve_spec
 from pipeline import plots
-from pipeline.cli import build_config, config_options
+from pipeline.cli import build_config, config_options, help_text
 from pipeline.data import Data, DataConfig, load_data
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
 from pipeline.run_length import resolve_run_length, scaled_curriculum, scaled_schedule
@@ -117,7 +117,7 @@ def run(
         return outcome
 
 
-@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
+@click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

@@ -49,7 +49,7 @@ from optuna.trial import TrialState
 from models.spec import resolve_spec
 from pipeline import search_space, study_report
 from pipeline.budget import parse_budget
-from pipeline.cli import build_config, config_options, opt, option_name
+from pipeline.cli import build_config, config_options, help_text, opt, option_name
 from pipeline.data import Data, DataConfig, load_data
 from pipeline.logged_model import register_champion
 from pipeline.plan import DynamicCurriculumConfig
@@ -412,7 +412,7 @@ def check_data(study: optuna.Study, data: Data) -> None:
         )
 
 
-@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
+@click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

@@ -65,3 +65,19 @@ def test_params_are_plain_values_and_long_ones_a_digest_with_the_text_as_an_arti
 def test_a_variant_name_says_its_curriculum_order_and_pruning(pacing, order, prune, label):
     assert curriculum_label(pacing, order, prune) == label
     assert f"dynamic-default{label}-s2".count("-s2") == 1
+
+
+@pytest.mark.parametrize("module", ["main", "evaluate", "tune", "train_static", "train_dynamic"])
+def test_help_keeps_each_usage_example_on_its_own_line(module):
+    import importlib
+
+    from click.testing import CliRunner
+
+    command = importlib.import_module(f"pipeline.{module}").main
+    shown = CliRunner().invoke(command, ["--help"], terminal_width=100).output
+    examples = [
+        line.strip() for line in shown.splitlines() if line.strip().startswith(("mlflow run", "python -m"))
+    ]
+    assert len(examples) >= 2, shown
+    for line in examples:  # one command per line, never two run together
+        assert line.count("mlflow run") + line.count("python -m") == 1, line
