@@ -47,6 +47,7 @@ from pipeline.data import Data, DataConfig, RawData, load_data, load_raw
 from pipeline.loop import pick_device
 from pipeline.tracking import (
     GuardedCommand,
+    current_run_name,
     flat_params,
     log_dataset,
     log_json,
@@ -241,7 +242,14 @@ def log_outputs(table: pd.DataFrame, meta: dict, scored: Scored, data: Data, raw
         counts.to_csv(tmp / "tier_counts.csv")
         files = [
             tmp / "tier_counts.csv",
-            histogram_figure(table, tuple(meta["scorers"]), scored.cuts, data.classes, tmp / "histogram.png"),
+            histogram_figure(
+                table,
+                tuple(meta["scorers"]),
+                scored.cuts,
+                data.classes,
+                tmp / "histogram.png",
+                title=f"{current_run_name()}: difficulty scores of {data.name} (seed {meta['seed']})",
+            ),
             extremes_figure(table, scored.cuts.scorer, raw, data.classes, tmp / "extremes.png"),
             tier_count_figure(counts, tmp / "tier_counts.png"),
         ]
@@ -317,8 +325,21 @@ def fold_table(ledger: scoring.CrossFitLedger, data: Data, path: Path) -> Path:
 # --- figures -----------------------------------------------------------------------------
 
 
+# What each score measures, for the histograms' x axes.
+SCORE_AXIS = {
+    "loss": "cross-fitted loss (nats; higher: harder)",
+    "el2n": "EL2N: L2 norm of the error vector (higher: harder)",
+    "input": "input complexity (bytes after zlib compression)",
+}
+
+
 def histogram_figure(
-    table: pd.DataFrame, names: tuple[str, ...], cuts: scoring.TierCuts, classes: list[str], path: Path
+    table: pd.DataFrame,
+    names: tuple[str, ...],
+    cuts: scoring.TierCuts,
+    classes: list[str],
+    path: Path,
+    title: str = "difficulty scores",
 ) -> Path:
     """Training-split histograms: one panel per scorer, then the tier scorer per class with
     its cut points."""
@@ -335,6 +356,8 @@ def histogram_figure(
             for c in cuts.cuts[-1]:
                 ax.axvline(c, color="crimson", linestyle="--", linewidth=1)
         ax.set_title(f"{scorer} (train)", fontsize=9)
+        ax.set_xlabel(SCORE_AXIS.get(scorer, f"{scorer} score"), fontsize=7)
+        ax.set_ylabel("training examples" + (" (log)" if scorer in ("loss", "el2n") else ""), fontsize=7)
         if scorer in ("loss", "el2n"):
             ax.set_yscale("log")
     column = scores_table.score_column(cuts.scorer)
@@ -345,10 +368,12 @@ def histogram_figure(
             if math.isfinite(c):
                 ax.axvline(c, color="crimson", linestyle="--", linewidth=1)
         ax.set_title(f"{cuts.scorer}: {'all' if group == -1 else classes[group]}", fontsize=9)
+        ax.set_xlabel(SCORE_AXIS.get(cuts.scorer, f"{cuts.scorer} score"), fontsize=7)
+        ax.set_ylabel("training examples (log)", fontsize=7)
         ax.set_yscale("log")
     for ax in axes[n_panels:]:
         ax.axis("off")
-    fig.suptitle("difficulty scores on the training split; dashed: tier cut points", fontsize=10)
+    fig.suptitle(f"{title}; training split; dashed: tier cut points", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -369,7 +369,9 @@ def log_final_artifacts(state: FitState, plan: TrainingPlan, tmp: Path, title: s
     history_path = tmp / "history.csv"
     history.to_csv(history_path, index=False)
     mlflow.log_artifact(str(history_path))
-    curves = plots.learning_curves(state.history, tmp / "learning_curves.png", state.trace.events, title)
+    curves = plots.learning_curves(
+        state.history, tmp / "learning_curves.png", state.trace.events, title, plan.to_dict()
+    )
     mlflow.log_artifact(str(curves))
     model_dir = tmp / MODEL_ARTIFACT_DIR
     save_model(state.model, model_dir / MODEL_FILE)
