@@ -57,7 +57,9 @@ class EvaluateConfig:
         "growing-cnn, runs taken from every experiment",
     )
     tag_filter: str = opt("", "with --runs empty: only runs with this tag, as key=value")
-    target_acc: float = opt(0.0, "validation accuracy for time-to-target; 0: 99% of static's final")
+    target_acc: float = opt(
+        0.0, "validation accuracy for time-to-target; 0: 95% of the matched static's final"
+    )
     device: str = opt("cpu", "device for inference (timings are per device)")
     batch_size: int = opt(512, "inference batch size")
     run_name: str = opt("", "MLflow run name; empty: evaluate")

@@ -19,7 +19,9 @@ MARKS = {  # what the timeline and the vertical lines show, each in its own styl
 TIER_COLOURS = {"easy": "tab:green", "medium": "tab:brown", "hard": "tab:purple"}
 
 
-def schedule_marks(events: list[dict] | None, plan: dict | None) -> list[tuple[str, int, str]]:
+def schedule_marks(
+    events: list[dict] | None, plan: dict | None, history: list[dict] | None = None
+) -> list[tuple[str, int, str]]:
     """(kind, epoch, label) of everything that changes what a run trains on or with: growth
     events (those of one epoch joined), tiers-curriculum stage changes and the start of pruning.
     ``epoch`` is the 0-based epoch before which the change happens."""
@@ -29,15 +31,23 @@ def schedule_marks(events: list[dict] | None, plan: dict | None) -> list[tuple[s
         by_epoch.setdefault(int(event["epoch"]), []).append(str(event.get("label", event.get("op", ""))))
     marks += [("growth", epoch, "\n".join(labels)) for epoch, labels in sorted(by_epoch.items())]
     table = (plan or {}).get("curriculum_schedule") or []
+    if not table and history:  # a report has each run's history, not its plan
+        table = [{"epoch": h["epoch"], "stage": h.get("curriculum/stage")} for h in history]
     previous = None
     for row in table:
         stage = row.get("stage")
-        if stage is not None and stage != previous and previous is not None:
-            marks.append(("curriculum", int(row["epoch"]), STAGE_NAMES.get(stage, f"stage {stage}")))
+        if stage is None or stage != stage:  # absent, or NaN in a history without a curriculum
+            continue
+        if previous is not None and stage != previous:
+            marks.append(("curriculum", int(row["epoch"]), STAGE_NAMES.get(int(stage), f"stage {stage}")))
         previous = stage
     pruning = (plan or {}).get("pruning")
     if pruning:
         marks.append(("pruning", int(pruning["start"]), f"pruning {pruning['rate']:g} starts"))
+    elif history:
+        pruned = [h["epoch"] for h in history if (h.get("curriculum/pruned_share") or 0) > 0]
+        if pruned:
+            marks.append(("pruning", int(min(pruned)), "pruning starts"))
     return marks
 
 
@@ -83,7 +93,7 @@ def learning_curves(
         # Beside the axes, never over the curves.
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), title=what, title_fontsize=8)
     if marks:
-        _timeline(axes[0], marks, max(epochs))
+        timeline(axes[0], marks, max(epochs))
     if title:
         fig.suptitle(title)
     fig.savefig(path, dpi=110, bbox_inches="tight")
@@ -91,7 +101,7 @@ def learning_curves(
     return path
 
 
-def _timeline(ax, marks: list[tuple[str, int, str]], last_epoch: int) -> None:
+def timeline(ax, marks: list[tuple[str, int, str]], last_epoch: int) -> None:
     """One lane per kind of change; labels in a lane alternate height so neighbours never meet."""
     lanes = {kind: 0 for kind in MARKS}
     for kind, epoch, label in marks:
