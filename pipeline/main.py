@@ -26,7 +26,7 @@ from models.spec import resolve_spec
 from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.data import DataConfig, load_data
 from pipeline.logged_model import register_champion
-from pipeline.plan import curriculum_label, curriculum_pruning, growth_boundaries
+from pipeline.plan import curriculum_pruning, growth_boundaries, name_label
 from pipeline.precision import PRECISIONS
 from pipeline.tracking import (
     GuardedCommand,
@@ -312,7 +312,7 @@ def run(cfg: MainConfig) -> str:
                 arch = "" if len(distinct) == 1 else "@" + "/".join(schedules)
                 for pacing, order in preset.static_curricula:
                     data_plan = static_curriculum(pacing, preset.epochs)
-                    label = curriculum_label(pacing, order, data_plan.get("prune", 0))
+                    label = name_label(pacing, order, data_plan.get("prune", 0))
                     training.append(
                         step(
                             "train_static",
@@ -335,7 +335,7 @@ def run(cfg: MainConfig) -> str:
                             order=order,
                             prune=curriculum_pruning(pacing),
                             run_name=f"dynamic-{schedule}"
-                            f"{curriculum_label(pacing, order, curriculum_pruning(pacing))}-s{seed}",
+                            f"{name_label(pacing, order, curriculum_pruning(pacing))}-s{seed}",
                         )
                     )
         evaluation = step("evaluate", runs=",".join(training), run_name=f"evaluate-{cfg.preset}")

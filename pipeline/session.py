@@ -30,7 +30,7 @@ from pipeline.curriculum import Curriculum
 from pipeline.data import Data
 from pipeline.logged_model import log_classifier
 from pipeline.loop import pick_device, seed_everything
-from pipeline.plan import CurriculumConfig, curriculum_label, growth_boundaries
+from pipeline.plan import CurriculumConfig, curriculum_label, curriculum_pruning, growth_boundaries
 from pipeline.pruning import LossPruner, PruningError
 from pipeline.scores import load_scores
 from pipeline.tracking import (
@@ -228,8 +228,7 @@ def training_run(
         mlflow.MlflowClient().set_tag(outer_run_id, "resumed_run_id", run_cfg.resume)
     # Two resumers of one run would both train it and interleave its metrics: one holds it.
     lock = resume_lock(run_cfg.resume) if run_cfg.resume else contextlib.nullcontext()
-    # Readable and unique: static-s0, dynamic-default+tiers-s2 (tags["variant"] and the seed).
-    run_name = run_cfg.run_name or f"{tags['variant']}-s{params['seed']}"
+    run_name = run_cfg.run_name or default_run_name(tags["variant"], params)
     with (
         lock,
         tracked_run(
@@ -238,6 +237,16 @@ def training_run(
     ):
         log_dataset(data)
         yield active
+
+
+def default_run_name(variant: str, params: dict[str, str]) -> str:
+    """Readable (unique once ``tracked_run`` adds a suffix): the variant and the seed,
+    ``static-s0``, ``dynamic-default+tiers-s2``; the pruning that goes with the pacing by
+    default is left out of the name (the variant tag keeps it)."""
+    pacing, prune = params.get("pacing", "none"), float(params.get("prune", 0) or 0)
+    if prune and prune == curriculum_pruning(pacing):
+        variant = variant.replace(f"+prune{prune:g}", "")
+    return f"{variant}-s{params['seed']}"
 
 
 def resume_checkpoint(run_id: str, dest: Path) -> Path:

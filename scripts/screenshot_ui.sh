@@ -70,8 +70,13 @@ shoot() {  # name, url: a 1600x1000 page after the UI's requests have settled
         --virtual-time-budget=20000 --screenshot="$OUT/$1.png" "$2" >/dev/null 2>&1
     echo "$OUT/$1.png  <- $2"
 }
-shoot runs-list "$BASE/experiments/$EXP_ID/runs"
-shoot compare "$BASE/compare-runs?$COMPARE"
-shoot run-artifacts "$BASE/experiments/$EXP_ID/runs/$RUN_ID/artifacts"
-shoot run-overview "$BASE/experiments/$EXP_ID/runs/$RUN_ID"
-shoot models "$BASE/experiments/$EXP_ID/models"
+# As a new user first sees it (MLflow 3.17 starts its sidebar in GenAI mode; the experiment's
+# kind tag still opens it on its training runs), then in "Model training" mode, which a user
+# picks once with the toggle at the top left (the UI remembers it; here a URL parameter).
+ML="workflowType=machine_learning"
+shoot runs-list-first-visit "$BASE/experiments/$EXP_ID/runs"
+shoot runs-list "$BASE/experiments/$EXP_ID/runs?$ML"
+shoot compare "$BASE/compare-runs?$COMPARE&$ML"
+shoot run-artifacts "$BASE/experiments/$EXP_ID/runs/$RUN_ID/artifacts?$ML"
+shoot run-overview "$BASE/experiments/$EXP_ID/runs/$RUN_ID?$ML"
+shoot models "$BASE/experiments/$EXP_ID/models?$ML"

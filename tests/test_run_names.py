@@ -81,3 +81,17 @@ def test_help_keeps_each_usage_example_on_its_own_line(module):
     assert len(examples) >= 2, shown
     for line in examples:  # one command per line, never two run together
         assert line.count("mlflow run") + line.count("python -m") == 1, line
+
+
+def test_a_run_name_leaves_out_the_pruning_that_goes_with_its_pacing():
+    from pipeline.plan import name_label
+    from pipeline.session import default_run_name
+
+    tiers = {"seed": "2", "pacing": "tiers", "prune": "0.3"}
+    assert default_run_name("dynamic-default+tiers+prune0.3", tiers) == "dynamic-default+tiers-s2"
+    assert default_run_name("static+prune0.3", {"seed": "0", "pacing": "none", "prune": "0.3"}) == (
+        "static+prune0.3-s0"  # pruning without a curriculum is not the default: it stays
+    )
+    assert name_label("tiers", "random", 0.3) == "+tiers-random" and name_label(
+        "tiers", "curriculum", 0.5
+    ) == ("+tiers+prune0.5")
