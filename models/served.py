@@ -30,7 +30,9 @@ class SpecNetClassifier(mlflow.pyfunc.PythonModel):
         self.mean = torch.tensor(pre["mean"], dtype=torch.float32).view(1, -1, 1, 1)  # (1, C, 1, 1)
         self.std = torch.tensor(pre["std"], dtype=torch.float32).view(1, -1, 1, 1)
 
-    def predict(self, context, model_input, params=None) -> np.ndarray:
+    # np.ndarray: a hint MLflow accepts without inferring a schema from it (the logged tensor
+    # signature is the schema); with no hint it warns on every load.
+    def predict(self, context, model_input: np.ndarray, params=None) -> np.ndarray:
         x = torch.as_tensor(np.asarray(model_input))  # (N, C, H, W) uint8, as the signature says
         if tuple(x.shape[1:]) != self.input_shape:
             raise ValueError(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from importlib.metadata import version
 from pathlib import Path
 
@@ -68,12 +67,9 @@ def log_classifier(model: SpecNet, data: Data, name: str, tmp: Path) -> str:
             indent=2,
         )
     )
-    with warnings.catch_warnings():
-        # MLflow asks for type hints on predict; the tensor signature already says what it takes.
-        warnings.filterwarnings("ignore", message=".*type hints to the `predict` method")
-        # Named after its run; MLflow refuses / : . % and quotes in a model's name (prune0.3).
-        model_name = re.sub(r"[/:.%\"']", "_", name) or "model"
-        info = _log(model_name=model_name, weights=weights, preprocess=preprocess, data=data)
+    # Named after its run; MLflow refuses / : . % and quotes in a model's name (prune0.3).
+    model_name = re.sub(r"[/:.%\"']", "_", name) or "model"
+    info = _log(model_name=model_name, weights=weights, preprocess=preprocess, data=data)
     mlflow.set_tag(MODEL_ID_TAG, info.model_id)
     return info.model_id
 
