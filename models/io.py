@@ -17,6 +17,10 @@ from models.builder import SpecNet, build_model
 from models.spec import ArchSpec, SpecError
 
 SPEC_KEY = "arch_spec"
+# Artifact keys of a logged MLflow Model (models/served.py): the weights file, and the JSON
+# with the normalisation that makes it take raw uint8 images.
+WEIGHTS = "weights"
+PREPROCESS = "preprocess"
 
 
 class ModelFileError(ValueError):

@@ -44,6 +44,20 @@ def config_options(*classes: type):
     return decorate
 
 
+def help_text(doc: str) -> str:
+    """A module docstring as a command's help, its command-line examples kept one per line.
+
+    Click rewraps every paragraph into one; a paragraph that opens with ``\\b`` it leaves as
+    written. Examples are the paragraphs whose every line is indented or starts with a command."""
+    paragraphs = []
+    for paragraph in (doc or "").strip("\n").split("\n\n"):
+        lines = [line for line in paragraph.splitlines() if line.strip()]
+        if lines and all(line.startswith((" ", "python ", "mlflow ")) for line in lines):
+            paragraph = "\b\n" + paragraph
+        paragraphs.append(paragraph)
+    return "\n\n".join(paragraphs)
+
+
 def build_config(cls: type, values: dict[str, Any]):
     """Instantiate ``cls`` from the click values that belong to it."""
     names = {f.name for f in dataclasses.fields(cls)}

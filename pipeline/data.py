@@ -95,6 +95,10 @@ class Data:
     test: Split | None
     source_digest: str  # the raw dataset's content
     digest: str  # the source plus the split: what downstream steps must match
+    # Per-channel statistics of the training split in [0, 1]: a logged model carries them, so
+    # it takes raw uint8 images. (C,) each; empty for data made by hand in tests.
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -434,6 +438,8 @@ def make_splits(raw: RawData, cfg: DataConfig, include_test: bool) -> Data:
         test=take(raw.test_x, raw.test_y, test_pos) if include_test else None,
         source_digest=raw.digest,
         digest=digest,
+        mean=tuple(mean.flatten().tolist()),
+        std=tuple(std.flatten().tolist()),
     )
 
 

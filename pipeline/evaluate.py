@@ -33,8 +33,9 @@ import torch
 from models.builder import SpecNet
 from models.io import load_model
 from pipeline import report
-from pipeline.cli import build_config, config_options, opt
+from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.data import Data, DataConfig, Split, load_data
+from pipeline.logged_model import MODEL_ID_TAG
 from pipeline.loop import evaluate as evaluate_split
 from pipeline.loop import pick_device
 from pipeline.scores import load_scores
@@ -50,11 +51,18 @@ TIMING_REPEATS = 3
 @dataclass(frozen=True)
 class EvaluateConfig:
     runs: str = opt("", "comma-separated training run ids; empty: every finished training run")
-    experiment_name: str = opt("", "with --runs empty: the experiment to take runs from (empty: all)")
+    experiment_name: str = opt(
+        "",
+        "experiment of this run, and with --runs empty the one to take runs from; empty: "
+        "growing-cnn, runs taken from every experiment",
+    )
     tag_filter: str = opt("", "with --runs empty: only runs with this tag, as key=value")
-    target_acc: float = opt(0.0, "validation accuracy for time-to-target; 0: 99% of static's final")
+    target_acc: float = opt(
+        0.0, "validation accuracy for time-to-target; 0: 95% of the matched static's final"
+    )
     device: str = opt("cpu", "device for inference (timings are per device)")
     batch_size: int = opt(512, "inference batch size")
+    run_name: str = opt("", "MLflow run name; empty: evaluate")
 
 
 CONFIGS = (EvaluateConfig,)
@@ -214,13 +222,13 @@ def evaluate_run(run_id: str, cfg: EvaluateConfig, data_cache: dict, tmp: Path) 
     (dest / "test_metrics.json").write_text(json.dumps(metrics, indent=2))
     for name in ("per_class.csv", "confusion_matrix.csv", "test_metrics.json"):
         client.log_artifact(run_id, str(dest / name), "evaluation")
-    client.log_batch(
-        run_id,
-        metrics=[
-            mlflow.entities.Metric(k, v, int(time.time() * 1000), 0)
-            for k, v in metrics.items()
-            if np.isfinite(v)
-        ],
+    # On the run and, where the run logged an MLflow Model, linked to that model too.
+    mlflow.log_metrics(
+        {k: v for k, v in metrics.items() if np.isfinite(v)},
+        step=0,
+        run_id=run_id,
+        model_id=run.data.tags.get(MODEL_ID_TAG) or None,
+        synchronous=True,
     )
     client.set_tag(run_id, "test_scores_run_id", scores_ref or "")
     return metrics
@@ -231,8 +239,14 @@ def run(cfg: EvaluateConfig) -> str:
         raise UpstreamError(f"--batch-size must be positive, got {cfg.batch_size}")
     inference_device(cfg.device)  # before any run is opened or model downloaded
     run_ids = select_runs(cfg)
-    with tracked_run(ENTRY_POINT, flat_params(cfg)) as active:
-        mlflow.log_param("evaluated_runs", ",".join(run_ids)[:6000])
+    params = flat_params(cfg)
+    params["runs"] = ",".join(run_ids)  # what was evaluated; its full text in params/runs.txt
+    with tracked_run(
+        ENTRY_POINT,
+        params,
+        run_name=cfg.run_name or "evaluate",
+        experiment_name=cfg.experiment_name,
+    ) as active:
         data_cache: dict = {}
         with scratch_dir() as tmp:
             for i, run_id in enumerate(run_ids):
@@ -250,7 +264,7 @@ def run(cfg: EvaluateConfig) -> str:
         return active.info.run_id
 
 
-@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
+@click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

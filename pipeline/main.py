@@ -23,9 +23,10 @@ import yaml
 
 from models.growth import NAMED_SCHEDULES, final_spec, named_schedule
 from models.spec import resolve_spec
-from pipeline.cli import build_config, config_options, opt
+from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.data import DataConfig, load_data
-from pipeline.plan import curriculum_pruning, growth_boundaries
+from pipeline.logged_model import register_champion
+from pipeline.plan import curriculum_pruning, growth_boundaries, name_label
 from pipeline.precision import PRECISIONS
 from pipeline.tracking import (
     GuardedCommand,
@@ -35,7 +36,9 @@ from pipeline.tracking import (
     flat_params,
     main_guard,
     scratch_dir,
+    shown_param,
     tracked_run,
+    unique_run_name,
     wait_closed,
 )
 
@@ -100,6 +103,12 @@ class MainConfig:
     subset: int = opt(-1, "stratified examples per split; -1: the preset's, 0: all data")
     env_manager: str = opt("local", "environment manager for the steps: local, virtualenv, uv or conda")
     precision: str = opt("auto", "autocast precision of training and scoring steps: auto, fp32, bf16, fp16")
+    experiment_name: str = opt("", "MLflow experiment of main and its steps; empty: growing-cnn")
+    registered_model: str = opt(
+        "",
+        "Model Registry name for the best model (by validation accuracy), alias champion; "
+        "empty: growing-cnn-<dataset>",
+    )
 
 
 CONFIGS = (MainConfig,)
@@ -145,7 +154,12 @@ def _normalise(value) -> str:
 
 
 def same_params(wanted: dict, logged: dict) -> bool:
-    return all(k in logged and _normalise(v) == _normalise(logged[k]) for k, v in wanted.items())
+    """Whether a run logged these parameters (its name aside: a rerun may be ``static-s0-2``)."""
+    return all(
+        k in logged and _normalise(shown_param(k, v)) == _normalise(logged[k])
+        for k, v in wanted.items()
+        if k != "run_name"
+    )
 
 
 def entry_defaults(entry_point: str) -> dict[str, str]:
@@ -191,7 +205,22 @@ class StepRunner:
         if reused:
             click.echo(f"main: reusing {entry_point} run {run_id}", err=True)
         else:
-            click.echo(f"main: running {entry_point} {overrides}", err=True)
+            name = unique_run_name(self.experiment_id, params.get("run_name") or entry_point)
+            params["run_name"] = name
+            click.echo(f"main: running {entry_point} as {name}", err=True)
+            # The step's run is made here, named and under main, rather than by `mlflow run`,
+            # which would log every parameter shell-quoted ('' for an empty one, the spec JSON
+            # in quotes) and refuse the step's plain values afterwards.
+            step_run = mlflow.MlflowClient().create_run(
+                self.experiment_id,
+                run_name=name,
+                tags={
+                    "mlflow.parentRunId": self.parent_run_id,
+                    "mlflow.project.entryPoint": entry_point,
+                    "mlflow.source.type": "PROJECT",
+                    "mlflow.source.name": str(REPO),
+                },
+            )
             submitted = mlflow.projects.run(
                 str(REPO),
                 entry_point=entry_point,
@@ -199,8 +228,8 @@ class StepRunner:
                 env_manager=self.env_manager,
                 experiment_id=self.experiment_id,
                 synchronous=False,
+                run_id=step_run.info.run_id,
             )
-            mlflow.MlflowClient().set_tag(submitted.run_id, "mlflow.parentRunId", self.parent_run_id)
             try:
                 succeeded = submitted.wait()
             except (KeyboardInterrupt, Terminated):
@@ -223,6 +252,7 @@ class StepRunner:
                 "run_id": run_id,
                 "reused": reused,
                 **{k: str(v) for k, v in overrides.items()},
+                "run_name": mlflow.MlflowClient().get_run(run_id).info.run_name,
             }
         )
         return run_id
@@ -256,9 +286,16 @@ def run(cfg: MainConfig) -> str:
                 "resolved_subset": preset.subset,
             },
         ),
+        run_name=f"main-{cfg.preset}",
+        experiment_name=cfg.experiment_name,
     ) as active:
         step = StepRunner(cfg.env_manager, active.info.experiment_id, active.info.run_id, data.digest)
-        scores = step("score_difficulty", **data_params, precision=cfg.precision)
+        scores = step(
+            "score_difficulty",
+            **data_params,
+            precision=cfg.precision,
+            run_name=f"score-difficulty-{cfg.preset}",
+        )
         start = resolve_spec("minimal", data.input_shape, data.num_classes)
         finals = {s: final_spec(start, named_schedule(s, preset.epochs)) for s in preset.schedules}
         training = []
@@ -272,21 +309,28 @@ def run(cfg: MainConfig) -> str:
                 "precision": cfg.precision,
             }
             # The matched static control: each distinct final architecture, trained from scratch.
+            # Named static-s0 when there is one; static@early-s0 etc. when schedules differ.
+            distinct: dict[str, list[str]] = {}
+            for schedule, final in finals.items():
+                distinct.setdefault(final.to_json(), []).append(schedule)
             baseline = {}  # final spec -> this seed's static run without a curriculum
-            for final in {f.to_json(): f for f in finals.values()}.values():
+            for final_json, schedules in distinct.items():
+                arch = "" if len(distinct) == 1 else "@" + "/".join(schedules)
                 for pacing, order in preset.static_curricula:
                     data_plan = static_curriculum(pacing, preset.epochs)
+                    label = name_label(pacing, order, data_plan.get("prune", 0))
                     run_id = step(
                         "train_static",
                         **common,
-                        spec=final.to_json(),
+                        spec=final_json,
                         pacing=pacing,
                         order=order,
                         **data_plan,
+                        run_name=f"static{arch}{label}-s{seed}",
                     )
                     training.append(run_id)
                     if pacing == "none":
-                        baseline[final.to_json()] = run_id
+                        baseline[final_json] = run_id
             for schedule in preset.schedules:
                 dynamic = {"schedule": schedule}
                 for pacing, order in preset.curricula:
@@ -298,11 +342,14 @@ def run(cfg: MainConfig) -> str:
                             pacing=pacing,
                             order=order,
                             prune=curriculum_pruning(pacing),
+                            run_name=f"dynamic-{schedule}"
+                            f"{name_label(pacing, order, curriculum_pruning(pacing))}-s{seed}",
                         )
                     )
                 for pacing, order in preset.equal_cost:
                     twin = baseline.get(finals[schedule].to_json())
                     if twin:
+                        label = name_label(pacing, order, curriculum_pruning(pacing))
                         training.append(
                             step(
                                 "train_dynamic",
@@ -312,16 +359,25 @@ def run(cfg: MainConfig) -> str:
                                 order=order,
                                 prune=curriculum_pruning(pacing),
                                 budget=f"run:{twin}:s",
+                                run_name=f"dynamic-{schedule}{label}-sametime-s{seed}",
                             )
                         )
-        evaluation = step("evaluate", runs=",".join(training))
+        evaluation = step("evaluate", runs=",".join(training), run_name=f"evaluate-{cfg.preset}")
         with scratch_dir() as tmp:
             steps = pd.DataFrame(step.log)
             steps.to_csv(tmp / "steps.csv", index=False)
             mlflow.log_artifact(str(tmp / "steps.csv"))
         reused = [s["run_id"] for s in step.log if s["reused"]]
+        champion = register_champion(training, cfg.registered_model or f"growing-cnn-{data.name}")
+        click.echo(
+            f"main: the best model by validation accuracy is {champion}"
+            if champion
+            else "main: no training run logged an MLflow Model, so none is registered",
+            err=True,
+        )
         mlflow.set_tags(
             {
+                "champion": champion,
                 "evaluate_run_id": evaluation,
                 "scores_run_id": scores,
                 "report": f"runs:/{evaluation}/report/report.html",
@@ -345,7 +401,7 @@ def _print_conclusion(evaluate_run_id: str) -> None:
     click.echo(f"\nfull report: runs:/{evaluate_run_id}/report/report.html (MLflow UI, evaluate run)")
 
 
-@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
+@click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

@@ -92,6 +92,22 @@ def curriculum_pruning(pacing: str) -> float:
     return 0.0 if pacing == "none" else DynamicCurriculumConfig().prune
 
 
+def curriculum_label(pacing: str, order: str, prune: float) -> str:
+    """The curriculum's part of a variant's name: ``+tiers``, ``+tiers-random``,
+    ``+tiers+prune0.3``, or '' for neither curriculum nor pruning."""
+    pruning = f"+prune{prune:g}" if prune else ""
+    if pacing == "none":
+        return pruning
+    return f"+{pacing}" + ("" if order == "curriculum" else f"-{order}") + pruning
+
+
+def name_label(pacing: str, order: str, prune: float) -> str:
+    """``curriculum_label`` for a run's name: the pruning that goes with the pacing by default
+    (``curriculum_pruning``) left out, so names stay short enough for the UI's columns
+    (``dynamic-default+tiers-s0``); the variant tag keeps it."""
+    return curriculum_label(pacing, order, 0.0 if prune == curriculum_pruning(pacing) else prune)
+
+
 @dataclass(frozen=True)
 class GrowthConfig:
     start_spec: str = opt("minimal", "architecture the run starts from (name, JSON file or string)")

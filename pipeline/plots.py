@@ -9,44 +9,120 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+# Stages of the tiers curriculum (pipeline.curriculum.Curriculum.stage), as the timeline names them.
+STAGE_NAMES = {0: "easy only", 1: "easy+medium", 2: "all tiers", 3: "easy retired"}
+MARKS = {  # what the timeline and the vertical lines show, each in its own style and lane
+    "growth": {"color": "0.35", "linestyle": ":", "lane": 2},
+    "curriculum": {"color": "tab:cyan", "linestyle": "--", "lane": 1},
+    "pruning": {"color": "tab:red", "linestyle": "-.", "lane": 0},
+}
+TIER_COLOURS = {"easy": "tab:green", "medium": "tab:brown", "hard": "tab:purple"}
+
+
+def schedule_marks(
+    events: list[dict] | None, plan: dict | None, history: list[dict] | None = None
+) -> list[tuple[str, int, str]]:
+    """(kind, epoch, label) of everything that changes what a run trains on or with: growth
+    events (those of one epoch joined), tiers-curriculum stage changes and the start of pruning.
+    ``epoch`` is the 0-based epoch before which the change happens."""
+    marks: list[tuple[str, int, str]] = []
+    by_epoch: dict[int, list[str]] = {}
+    for event in events or []:
+        by_epoch.setdefault(int(event["epoch"]), []).append(str(event.get("label", event.get("op", ""))))
+    marks += [("growth", epoch, "\n".join(labels)) for epoch, labels in sorted(by_epoch.items())]
+    table = (plan or {}).get("curriculum_schedule") or []
+    if not table and history:  # a report has each run's history, not its plan
+        table = [{"epoch": h["epoch"], "stage": h.get("curriculum/stage")} for h in history]
+    previous = None
+    for row in table:
+        stage = row.get("stage")
+        if stage is None or stage != stage:  # absent, or NaN in a history without a curriculum
+            continue
+        if previous is not None and stage != previous:
+            marks.append(("curriculum", int(row["epoch"]), STAGE_NAMES.get(int(stage), f"stage {stage}")))
+        previous = stage
+    pruning = (plan or {}).get("pruning")
+    if pruning:
+        marks.append(("pruning", int(pruning["start"]), f"pruning {pruning['rate']:g} starts"))
+    elif history:
+        pruned = [h["epoch"] for h in history if (h.get("curriculum/pruned_share") or 0) > 0]
+        if pruned:
+            marks.append(("pruning", int(min(pruned)), "pruning starts"))
+    return marks
+
 
 def learning_curves(
-    history: list[dict], path: Path, events: list[dict] | None = None, title: str = ""
+    history: list[dict],
+    path: Path,
+    events: list[dict] | None = None,
+    title: str = "",
+    plan: dict | None = None,
 ) -> Path:
-    """Loss and accuracy per epoch, train and validation, with growth events as vertical lines."""
+    """Loss and accuracy per epoch, train and validation, one above the other on a shared epoch
+    axis; above them a timeline of growth events, curriculum stage changes and the start of
+    pruning, each also a vertical line through both panels."""
     epochs = [h["epoch"] + 1 for h in history]
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
-    ax_loss.plot(epochs, [h["train/loss"] for h in history], "o-", label="train")
-    ax_loss.plot(epochs, [h["val/loss"] for h in history], "o-", label="validation")
-    ax_acc.plot(epochs, [h["train/acc"] for h in history], "o-", label="train")
-    ax_acc.plot(epochs, [h["val/acc"] for h in history], "o-", label="validation")
-    for tier in ("easy", "medium", "hard"):
+    marks = schedule_marks(events, plan)
+    fig, axes = plt.subplots(
+        3 if marks else 2,
+        1,
+        figsize=(10, 9 if marks else 7),
+        sharex=True,
+        gridspec_kw={"height_ratios": [1.1, 2, 2] if marks else [2, 2], "hspace": 0.12},
+    )
+    ax_loss, ax_acc = axes[-2], axes[-1]
+    ax_loss.plot(epochs, [h["train/loss"] for h in history], "o-", color="C0", label="train")
+    ax_loss.plot(epochs, [h["val/loss"] for h in history], "o-", color="C1", label="validation")
+    ax_acc.plot(epochs, [h["train/acc"] for h in history], "o-", color="C0", label="train")
+    ax_acc.plot(epochs, [h["val/acc"] for h in history], "o-", color="C1", label="validation")
+    for tier, colour in TIER_COLOURS.items():
         key = f"val/acc_{tier}"
         if any(key in h for h in history):
-            ax_acc.plot(epochs, [h.get(key, float("nan")) for h in history], "--", label=f"val {tier}")
-    for event in events or []:
+            values = [h.get(key, float("nan")) for h in history]
+            ax_acc.plot(epochs, values, "--", color=colour, label=f"validation, {tier} tier")
+    for kind, epoch, _label in marks:
+        style = MARKS[kind]
         for ax in (ax_loss, ax_acc):
-            # An event at epoch e happens before epoch e runs, i.e. between points e and e+1.
-            ax.axvline(event["epoch"] + 0.5, color="grey", linestyle=":", linewidth=1)
-        ax_acc.annotate(
-            event.get("label", event.get("op", "")),
-            (event["epoch"] + 0.5, 0.02),
-            xycoords=("data", "axes fraction"),
-            rotation=90,
-            fontsize=7,
-            color="grey",
-        )
-    ax_loss.set(xlabel="epoch", ylabel="cross-entropy", title="loss")
-    ax_acc.set(xlabel="epoch", ylabel="accuracy", title="accuracy")
-    for ax in (ax_loss, ax_acc):
+            # A change before epoch e (0-based) falls between the points of epochs e and e+1.
+            ax.axvline(epoch + 0.5, color=style["color"], linestyle=style["linestyle"], linewidth=1)
+    ax_loss.set(ylabel="cross-entropy loss (nats)")
+    ax_acc.set(xlabel="epoch", ylabel="accuracy (fraction correct)")
+    for ax, what in ((ax_loss, "loss"), (ax_acc, "accuracy")):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.set_xlim(0.5, max(epochs) + 0.5)
+        # Beside the axes, never over the curves.
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), title=what, title_fontsize=8)
+    if marks:
+        timeline(axes[0], marks, max(epochs))
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def timeline(ax, marks: list[tuple[str, int, str]], last_epoch: int) -> None:
+    """One lane per kind of change; labels in a lane alternate height so neighbours never meet."""
+    lanes = {kind: 0 for kind in MARKS}
+    for kind, epoch, label in marks:
+        style = MARKS[kind]
+        x, y = epoch + 0.5, style["lane"]
+        ax.plot([x], [y], marker="v", color=style["color"], markersize=6)
+        ax.annotate(
+            label,
+            (x, y),
+            xytext=(4, -6 if lanes[kind] % 2 == 0 else 7),
+            textcoords="offset points",
+            fontsize=7,
+            color=style["color"],
+            va="center",
+        )
+        lanes[kind] += 1
+    ax.set_xlim(0.5, last_epoch + 0.5)
+    ax.set_ylim(-0.6, 2.6)
+    ax.set_yticks([MARKS[k]["lane"] for k in MARKS], [f"{k}" for k in MARKS], fontsize=8)
+    ax.grid(axis="x", alpha=0.2)
+    ax.set_title("what changed before each epoch (the lines below mark the same)", fontsize=9)
 
 
 LAYER_COLOURS = {
@@ -67,22 +143,21 @@ def architecture_evolution(trace: dict, path: Path, title: str = "") -> Path:
     for e in trace["epochs"]:
         if not stages or stages[-1][1] != e["spec"]:
             stages.append((e["epoch"] + 1, e["spec"]))
-    fig, (ax_size, ax_stack) = plt.subplots(
-        1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [1, max(1.2, 0.45 * len(stages))]}
-    )
-    ax_size.step(epochs, [e["params"] for e in trace["epochs"]], where="post", label="parameters")
-    ax_flops = ax_size.twinx()
-    ax_flops.step(
-        epochs,
-        [e["flops_forward"] for e in trace["epochs"]],
-        where="post",
-        color="C1",
-        label="forward FLOPs / example",
-    )
-    ax_size.set(xlabel="epoch", ylabel="parameters", title="size")
-    ax_flops.set_ylabel("forward FLOPs / example")
-    ax_size.legend(loc="upper left", fontsize=8)
-    ax_flops.legend(loc="lower right", fontsize=8)
+    fig = plt.figure(figsize=(13, 5))
+    grid = fig.add_gridspec(2, 2, width_ratios=[1, max(1.2, 0.45 * len(stages))], hspace=0.15)
+    # Parameters and FLOPs change at the same epochs: on twin axes one line hid the other, so
+    # each has its own panel.
+    ax_params = fig.add_subplot(grid[0, 0])
+    ax_flops = fig.add_subplot(grid[1, 0], sharex=ax_params)
+    ax_stack = fig.add_subplot(grid[:, 1])
+    ax_params.step(epochs, [e["params"] for e in trace["epochs"]], where="post", color="C0", marker="o")
+    ax_flops.step(epochs, [e["flops_forward"] for e in trace["epochs"]], where="post", color="C1", marker="o")
+    ax_params.set(ylabel="parameters", title="size of the network per epoch")
+    ax_flops.set(xlabel="epoch", ylabel="forward FLOPs / example")
+    ax_params.tick_params(axis="x", labelbottom=False)
+    for ax in (ax_params, ax_flops):
+        ax.grid(alpha=0.3)
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
     for col, (first_epoch, key) in enumerate(stages):
         layers = [*trace["specs"][key]["layers"], {"id": "head", "type": "head"}]
         for row, layer in enumerate(layers):
@@ -106,7 +181,6 @@ def architecture_evolution(trace: dict, path: Path, title: str = "") -> Path:
     ax_stack.set_title("layers of each stage (input at the top)")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path

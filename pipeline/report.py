@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
+from pipeline import plots
 from pipeline.stats import paired_test, summary, time_to_target
 from pipeline.tracking import ENTRY_POINT_TAG, UpstreamError
 
@@ -47,7 +48,10 @@ HISTORY_ARTIFACT = "history.csv"
 TRACE_ARTIFACT = "architecture_trace.json"
 BASELINE_VARIANT = "static"
 BASELINE_ENTRY_POINT = "train_static"
-TARGET_FRACTION = 0.99  # default target: 99% of the baseline's mean final validation accuracy
+# Default target: 95% of the matched baseline's mean final validation accuracy. At 99% most
+# variants, whose final accuracy is a point or two below static's, never reached it and the
+# column read n/a; 95% is reached by every variant that learns, so the times compare.
+TARGET_FRACTION = 0.95
 TIME_TO_TARGET = "time/to_target_s"  # computed here from history.csv, not logged by training
 
 # The parameters that must be equal for two runs to be compared or averaged: the data (its
@@ -597,10 +601,22 @@ def _verdict(row: pd.Series) -> str:
         return f"no test possible: {_seeds(row['n_pairs'])} matched, a test needs n ≥ 2"
     if row["diff_ci_low"] == 0.0 == row["diff_ci_high"]:
         return "no difference: identical on every seed"
+    if _deterministic(row):
+        return "deterministic: the same difference on every seed, no test needed"
     if row["within_noise"]:
         return "within noise (the 95% CI of the paired difference includes 0)"
     better = (row["mean_diff"] > 0) == METRICS[row["metric"]].higher_is_better
     return f"significant: {row['group']} is {'better' if better else 'worse'}"
+
+
+def _deterministic(row: pd.Series) -> bool:
+    """A paired difference with no spread (FLOPs, parameters): a p-value of 0 and a zero-width
+    interval would dress a fixed quantity up as a statistical finding."""
+    return bool(row["n_pairs"] >= 2 and row["diff_ci_low"] == row["diff_ci_high"])
+
+
+def _p_cell(row: pd.Series, key: str) -> str:
+    return "— (deterministic)" if _deterministic(row) else _p(row[key])
 
 
 def _diff_phrase(row: pd.Series, full: bool = True) -> str:
@@ -610,6 +626,8 @@ def _diff_phrase(row: pd.Series, full: bool = True) -> str:
     ratio = f"{row['ratio_to_baseline']:.2f}× the baseline, " if has_ratio else ""
     if row["n_pairs"] < 2:  # no interval and no test exist: just the one difference
         return f"{ratio}{_fmt(kind, row['mean_diff'], True)}"
+    if _deterministic(row):
+        return f"{ratio}{_fmt(kind, row['mean_diff'], True)} on every seed (deterministic)"
     lo, hi = _fmt(kind, row["diff_ci_low"], True), _fmt(kind, row["diff_ci_high"], True)
     extra = f", Wilcoxon p = {_p(row['p_wilcoxon'])}, n = {_seeds(row['n_pairs'])}" if full else ""
     text = f"{_fmt(kind, row['mean_diff'], True)} (95% CI {lo} to {hi}, paired t p = {_p(row['p_t'])}{extra})"
@@ -816,8 +834,8 @@ def _document(comp: pd.DataFrame, groups: list[Group], paths: ReportPaths) -> li
                         _fmt(METRICS[r["metric"]].kind, r["mean_diff"], True),
                         f"{_fmt(METRICS[r['metric']].kind, r['diff_ci_low'], True)} to "
                         f"{_fmt(METRICS[r['metric']].kind, r['diff_ci_high'], True)}",
-                        _p(r["p_t"]),
-                        _p(r["p_wilcoxon"]),
+                        _p_cell(r, "p_t"),
+                        _p_cell(r, "p_wilcoxon"),
                         _verdict(r),
                     ]
                     for _, r in paired_rows.iterrows()
@@ -829,22 +847,31 @@ def _document(comp: pd.DataFrame, groups: list[Group], paths: ReportPaths) -> li
         ("h", 2, "Cost"),
         (
             "p",
-            "Time to target: first cumulative training time at which "
-            "validation accuracy reached the target; runs that never reached it are left out of "
-            "the mean (see 'reached').",
+            "Time to target: the cumulative training time (seconds, this machine) of the first "
+            "epoch whose validation accuracy reached the target. The target is "
+            + (
+                "the one given to evaluate (--target-acc)"
+                if groups and groups[0].target_note == "given"
+                else f"{TARGET_FRACTION:.0%} of the matched static baseline's mean final validation "
+                "accuracy, the same for a variant and its baseline"
+            )
+            + "; runs that never reached it are left out of the mean ('reached' counts them), and "
+            "a variant with no matched baseline has no target.",
         ),
     ]
     cost_rows = []
     for g in groups:
         ttt = cell(g.label, TIME_TO_TARGET)
         units = g.per_unit(TIME_TO_TARGET)
-        reached = "n/a" if ttt is None else f"{int(units.notna().sum())}/{len(units)}"
+        reached = f"{int(units.notna().sum())}/{len(units)}" if np.isfinite(g.target) else "no target"
         cost_rows.append(
             [
                 g.label,
                 _interval("seconds", cell(g.label, "time/total_s")),
                 _fmt("acc", g.target),
-                _interval("seconds", ttt),
+                _interval("seconds", ttt)
+                if ttt is not None
+                else ("not reached" if np.isfinite(g.target) else "no target"),
                 reached,
                 _interval("flops", cell(g.label, "train/flops_cumulative")),
                 _interval("ms", cell(g.label, "test/infer_ms_per_example")),
@@ -880,7 +907,12 @@ def _document(comp: pd.DataFrame, groups: list[Group], paths: ReportPaths) -> li
 
     blocks += [
         ("h", 2, "Learning curves"),
-        ("p", "Validation accuracy per epoch, mean over seeds; dotted lines mark growth events."),
+        (
+            "p",
+            "Validation accuracy per epoch, mean over seeds; the timeline above it names the growth "
+            "events, curriculum stage changes and the start of pruning, and the vertical lines mark "
+            "them on the curves.",
+        ),
     ]
     blocks.append(("img", paths.learning_curves_png.name, "validation accuracy per epoch"))
 
@@ -1083,8 +1115,26 @@ def _plot_accuracy_vs_wallclock(groups: list[Group], histories: dict, colours: d
 def _plot_learning_curves(
     groups: list[Group], histories: dict, events: dict, colours: dict, path: Path
 ) -> None:
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    drawn = False
+    """Mean validation accuracy per epoch of each variant, under a timeline of what changed
+    (growth events, curriculum stages; the same for every seed of a variant)."""
+    marks: dict[tuple, None] = {}
+    for g in groups:
+        first = next((r for r in g.runs["run_id"] if r in histories), None)
+        if first is not None:
+            for mark in plots.schedule_marks(
+                events.get(first, []), None, histories[first].to_dict("records")
+            ):
+                marks[mark] = None
+    fig, axes = plt.subplots(
+        2 if marks else 1,
+        1,
+        figsize=(10, 6.5 if marks else 4.5),
+        sharex=True,
+        squeeze=False,
+        gridspec_kw={"height_ratios": [1.1, 3] if marks else [1], "hspace": 0.1},
+    )
+    ax = axes[-1, 0]
+    drawn, last_epoch = False, 1
     for g in groups:
         frames = [
             histories[r]
@@ -1102,36 +1152,23 @@ def _plot_learning_curves(
                 markersize=3,
                 label=f"{g.label} (n={len(frames)})",
             )
-            drawn = True
-        seen = set()
-        for r in g.runs["run_id"]:
-            for event in events.get(r, []):
-                key = (event.get("epoch"), event.get("label", event.get("op", "")))
-                if key in seen or key[0] is None:
-                    continue
-                seen.add(key)
-                # An event at epoch e happens before epoch e runs: between points e and e+1.
-                ax.axvline(key[0] + 0.5, color=colours[g.label], linestyle=":", linewidth=1)
-                ax.annotate(
-                    str(key[1]),
-                    (key[0] + 0.5, 0.02),
-                    xycoords=("data", "axes fraction"),
-                    rotation=90,
-                    fontsize=7,
-                    color=colours[g.label],
-                )
+            drawn, last_epoch = True, max(last_epoch, int(mean.index.max()) + 1)
+    for kind, epoch, _label in marks:
+        style = plots.MARKS[kind]
+        # A change before epoch e happens between the points of epochs e and e+1.
+        ax.axvline(epoch + 0.5, color=style["color"], linestyle=style["linestyle"], linewidth=1)
     if not drawn:
         ax.text(0.5, 0.5, "no history.csv logged", ha="center", transform=ax.transAxes)
-    ax.set(
-        xlabel="epoch",
-        ylabel="validation accuracy",
-        title="validation accuracy per epoch (mean over seeds); dotted: growth events",
-    )
+    ax.set(xlabel="epoch", ylabel="validation accuracy (fraction correct)")
     ax.grid(alpha=0.3)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if drawn:
-        ax.legend(fontsize=8)
-    _save(fig, path)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), title="variant (seeds)")
+    if marks:
+        plots.timeline(axes[0, 0], list(marks), last_epoch)
+    fig.suptitle("validation accuracy per epoch, mean over seeds")
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend beside the axes stays in the file
+    plt.close(fig)
 
 
 def _plot_cost_frontier(groups: list[Group], path: Path) -> None:

@@ -42,11 +42,12 @@ import torch
 from models.spec import ArchSpec, resolve_spec
 from pipeline import scores as scores_table
 from pipeline import scoring
-from pipeline.cli import build_config, config_options, opt
+from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.data import Data, DataConfig, RawData, load_data, load_raw
 from pipeline.loop import pick_device
 from pipeline.tracking import (
     GuardedCommand,
+    current_run_name,
     flat_params,
     log_dataset,
     log_json,
@@ -79,7 +80,8 @@ class ScoreConfig:
     lr: float = opt(0.05, "peak learning rate of the fold models")
     device: str = opt("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
     precision: str = opt("auto", "autocast precision of the fold models' training: auto, fp32, bf16 or fp16")
-    run_name: str = opt("", "MLflow run name; empty for a generated one")
+    run_name: str = opt("", "MLflow run name; empty: score-difficulty")
+    experiment_name: str = opt("", "MLflow experiment of the run; empty: growing-cnn")
     progress: bool = opt(False, "show a progress bar per epoch of each fold model")
 
     def scorer_names(self) -> tuple[str, ...]:
@@ -196,7 +198,11 @@ def run(data_cfg: DataConfig, score_cfg: ScoreConfig) -> str:
     names = score_cfg.scorer_names()
     tags = {"spec_name": spec.name, "tier_scorer": score_cfg.tier_scorer, "scorers": ",".join(names)}
     with tracked_run(
-        ENTRY_POINT, flat_params(data_cfg, score_cfg), run_name=score_cfg.run_name or None, tags=tags
+        ENTRY_POINT,
+        flat_params(data_cfg, score_cfg),
+        run_name=score_cfg.run_name or "score-difficulty",
+        tags=tags,
+        experiment_name=score_cfg.experiment_name,
     ) as active:
         start = time.perf_counter()
         log_dataset(data, context="scoring")
@@ -236,7 +242,14 @@ def log_outputs(table: pd.DataFrame, meta: dict, scored: Scored, data: Data, raw
         counts.to_csv(tmp / "tier_counts.csv")
         files = [
             tmp / "tier_counts.csv",
-            histogram_figure(table, tuple(meta["scorers"]), scored.cuts, data.classes, tmp / "histogram.png"),
+            histogram_figure(
+                table,
+                tuple(meta["scorers"]),
+                scored.cuts,
+                data.classes,
+                tmp / "histogram.png",
+                title=f"{current_run_name()}: difficulty scores of {data.name} (seed {meta['seed']})",
+            ),
             extremes_figure(table, scored.cuts.scorer, raw, data.classes, tmp / "extremes.png"),
             tier_count_figure(counts, tmp / "tier_counts.png"),
         ]
@@ -312,8 +325,21 @@ def fold_table(ledger: scoring.CrossFitLedger, data: Data, path: Path) -> Path:
 # --- figures -----------------------------------------------------------------------------
 
 
+# What each score measures, for the histograms' x axes.
+SCORE_AXIS = {
+    "loss": "cross-fitted loss (nats; higher: harder)",
+    "el2n": "EL2N: L2 norm of the error vector (higher: harder)",
+    "input": "input complexity (bytes after zlib compression)",
+}
+
+
 def histogram_figure(
-    table: pd.DataFrame, names: tuple[str, ...], cuts: scoring.TierCuts, classes: list[str], path: Path
+    table: pd.DataFrame,
+    names: tuple[str, ...],
+    cuts: scoring.TierCuts,
+    classes: list[str],
+    path: Path,
+    title: str = "difficulty scores",
 ) -> Path:
     """Training-split histograms: one panel per scorer, then the tier scorer per class with
     its cut points."""
@@ -330,6 +356,8 @@ def histogram_figure(
             for c in cuts.cuts[-1]:
                 ax.axvline(c, color="crimson", linestyle="--", linewidth=1)
         ax.set_title(f"{scorer} (train)", fontsize=9)
+        ax.set_xlabel(SCORE_AXIS.get(scorer, f"{scorer} score"), fontsize=7)
+        ax.set_ylabel("training examples" + (" (log)" if scorer in ("loss", "el2n") else ""), fontsize=7)
         if scorer in ("loss", "el2n"):
             ax.set_yscale("log")
     column = scores_table.score_column(cuts.scorer)
@@ -340,10 +368,12 @@ def histogram_figure(
             if math.isfinite(c):
                 ax.axvline(c, color="crimson", linestyle="--", linewidth=1)
         ax.set_title(f"{cuts.scorer}: {'all' if group == -1 else classes[group]}", fontsize=9)
+        ax.set_xlabel(SCORE_AXIS.get(cuts.scorer, f"{cuts.scorer} score"), fontsize=7)
+        ax.set_ylabel("training examples (log)", fontsize=7)
         ax.set_yscale("log")
     for ax in axes[n_panels:]:
         ax.axis("off")
-    fig.suptitle("difficulty scores on the training split; dashed: tier cut points", fontsize=10)
+    fig.suptitle(f"{title}; training split; dashed: tier cut points", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -401,7 +431,7 @@ def tier_count_figure(counts: pd.DataFrame, path: Path) -> Path:
     return path
 
 
-@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
+@click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

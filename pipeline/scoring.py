@@ -342,7 +342,9 @@ def cross_fit(
     check_folds(all_folds, len(data.train))
     ledger = CrossFitLedger(all_folds, data.sizes(), model_scorers)
     train, val = data.train.to(device), data.val.to(device)
-    on_device = Data(data.name, data.classes, train, val, None, data.source_digest, data.digest)
+    on_device = Data(
+        data.name, data.classes, train, val, None, data.source_digest, data.digest, data.mean, data.std
+    )
     others = {name: data.split(name).to(device) for name in data.sizes() if name != "train"}
     early = {}  # epochs -> scorers read after that many epochs
     for scorer in model_scorers:

@@ -8,6 +8,7 @@ trace, learning curves, per-epoch history and the model (safetensors weights + s
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -27,19 +28,22 @@ from pipeline import plots
 from pipeline.cli import opt, option_name
 from pipeline.curriculum import Curriculum, CurriculumError
 from pipeline.data import Data
+from pipeline.logged_model import log_classifier
 from pipeline.loop import pick_device, seed_everything
-from pipeline.plan import CurriculumConfig, growth_boundaries
+from pipeline.plan import CurriculumConfig, curriculum_label, curriculum_pruning, growth_boundaries
 from pipeline.pruning import LossPruner, PruningError
 from pipeline.scores import load_scores
 from pipeline.tracking import (
     HOST_TAG,
     PID_TAG,
     UpstreamError,
+    current_run_name,
     log_dataset,
     log_json,
     owned_elsewhere,
     resume_lock,
     scratch_dir,
+    shown_param,
     tracked_run,
 )
 from pipeline.training import (
@@ -62,7 +66,8 @@ DEFAULT_MAX_PARAMS = SizeLimits().max_params
 
 @dataclass(frozen=True)
 class RunConfig:
-    run_name: str = opt("", "MLflow run name; empty for a generated one")
+    run_name: str = opt("", "MLflow run name; empty: the variant and seed, e.g. static-s0")
+    experiment_name: str = opt("", "MLflow experiment of a new run; empty: growing-cnn")
     resume: str = opt("", "run id of an interrupted run of the same entry point to continue in place")
     progress: bool = opt(True, "show a progress bar per epoch")
     max_params: int = opt(
@@ -109,7 +114,15 @@ class TrainingOutcome:
 # limits (they only refuse networks, and the run's network is what it was). Every other
 # option, the device included (wall-clock is one of the study's results, and a run timed on two
 # devices measures neither), must equal the run's.
-RESUME_MAY_DIFFER = ("resume", "progress", "run_name", "data_dir", "max_params", "max_memory_gb")
+RESUME_MAY_DIFFER = (
+    "resume",
+    "progress",
+    "run_name",
+    "experiment_name",
+    "data_dir",
+    "max_params",
+    "max_memory_gb",
+)
 # Tags that the options resolve to and that must not change either: a named spec or
 # `--scores-run auto` that now resolves to something else would train another run.
 RESUME_SAME_TAGS = ("final_spec", "scores_run_id", "variant")
@@ -146,7 +159,7 @@ def check_resumable(
     logged, logged_tags = run.data.params, run.data.tags
     # A parameter the run never logged (an option added since) is taken as it is now.
     for key, value in (params or {}).items():
-        if key in RESUME_MAY_DIFFER or key not in logged or _same_value(logged[key], value):
+        if key in RESUME_MAY_DIFFER or key not in logged or _same_value(logged[key], shown_param(key, value)):
             continue
         if _is_option(key):
             raise UpstreamError(
@@ -215,10 +228,25 @@ def training_run(
         mlflow.MlflowClient().set_tag(outer_run_id, "resumed_run_id", run_cfg.resume)
     # Two resumers of one run would both train it and interleave its metrics: one holds it.
     lock = resume_lock(run_cfg.resume) if run_cfg.resume else contextlib.nullcontext()
-    run_name = run_cfg.run_name or None
-    with lock, tracked_run(entry_point, params, run_name, run_cfg.resume or None, tags) as active:
+    run_name = run_cfg.run_name or default_run_name(tags["variant"], params)
+    with (
+        lock,
+        tracked_run(
+            entry_point, params, run_name, run_cfg.resume or None, tags, run_cfg.experiment_name
+        ) as active,
+    ):
         log_dataset(data)
         yield active
+
+
+def default_run_name(variant: str, params: dict[str, str]) -> str:
+    """Readable (unique once ``tracked_run`` adds a suffix): the variant and the seed,
+    ``static-s0``, ``dynamic-default+tiers-s2``; the pruning that goes with the pacing by
+    default is left out of the name (the variant tag keeps it)."""
+    pacing, prune = params.get("pacing", "none"), float(params.get("prune", 0) or 0)
+    if prune and prune == curriculum_pruning(pacing):
+        variant = variant.replace(f"+prune{prune:g}", "")
+    return f"{variant}-s{params['seed']}"
 
 
 def resume_checkpoint(run_id: str, dest: Path) -> Path:
@@ -281,9 +309,7 @@ def train_and_log(
             state = new_state(spec, cfg, device)
         mlflow.set_tag("precision_resolved", state.precision)
         train_split, val_split = data.train.to(device), data.val.to(device)
-        on_device = Data(
-            data.name, data.classes, train_split, val_split, None, data.source_digest, data.digest
-        )
+        on_device = dataclasses.replace(data, train=train_split, val=val_split, test=None)
         ckpt_path = tmp / "last.pt"
 
         def log_epoch(epoch: int, metrics: dict, _state: FitState) -> None:
@@ -306,13 +332,18 @@ def train_and_log(
             meter=length.meter() if length is not None else None,
         )
         total_s = time.perf_counter() - start
-        log_final_artifacts(state, plan, tmp, title=f"{entry_point}: {spec.name}")
+        run_name = current_run_name()
+        log_final_artifacts(state, plan, tmp, title=run_title(run_name))
+        model_id = log_classifier(state.model, data, run_name, tmp)
+    # Linked to the logged model too: the UI's Models tab shows them beside it.
     mlflow.log_metrics(
         {
             "time/total_s": state.cumulative_s,
             "time/this_process_s": total_s,
             "final/val_acc": state.history[-1]["val/acc"],
-        }
+            "final/val_loss": state.history[-1]["val/loss"],
+        },
+        model_id=model_id,
     )
     if length is not None:
         log_budget(length, state)
@@ -333,6 +364,13 @@ def log_budget(length, state: FitState) -> None:
     mlflow.set_tags({"budget_unit": budget.unit, "stop_reason": state.stop_reason or "epochs"})
 
 
+def run_title(run_name: str) -> str:
+    """A figure's title naming the active run, its variant and seed: a name may be the user's."""
+    run = mlflow.get_run(mlflow.active_run().info.run_id)
+    variant, seed = run.data.tags.get("variant", "?"), run.data.params.get("seed", "?")
+    return f"{run_name}: variant {variant}, seed {seed}"
+
+
 def log_final_artifacts(state: FitState, plan: TrainingPlan, tmp: Path, title: str) -> None:
     log_json(state.trace.to_dict(), "architecture_trace.json")
     log_json(plan.to_dict(), "plan.json")
@@ -340,7 +378,9 @@ def log_final_artifacts(state: FitState, plan: TrainingPlan, tmp: Path, title: s
     history_path = tmp / "history.csv"
     history.to_csv(history_path, index=False)
     mlflow.log_artifact(str(history_path))
-    curves = plots.learning_curves(state.history, tmp / "learning_curves.png", state.trace.events, title)
+    curves = plots.learning_curves(
+        state.history, tmp / "learning_curves.png", state.trace.events, title, plan.to_dict()
+    )
     mlflow.log_artifact(str(curves))
     model_dir = tmp / MODEL_ARTIFACT_DIR
     save_model(state.model, model_dir / MODEL_FILE)
@@ -368,10 +408,7 @@ class CurriculumSetup:
     def label(self) -> str:
         """The curriculum's part of a run's variant name, e.g. ``+tiers``, ``+tiers-random`` or
         ``+tiers+prune0.3``."""
-        pruning = f"+prune{self.pruner.rate:g}" if self.pruner is not None else ""
-        if self.pacing == "none":
-            return pruning
-        return f"+{self.pacing}" + ("" if self.order == "curriculum" else f"-{self.order}") + pruning
+        return curriculum_label(self.pacing, self.order, self.pruner.rate if self.pruner is not None else 0)
 
 
 def find_scores_run(data: Data) -> str:

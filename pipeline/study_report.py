@@ -156,13 +156,13 @@ def importances(study: optuna.Study, objective: int = 0) -> tuple[dict[str, floa
 # --- figures -----------------------------------------------------------------------------
 
 
-def _save(draw: Callable[[], object], path: Path) -> Path:
+def _save(draw: Callable[[], object], path: Path, size: tuple[float, float] = (8, 4.5)) -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # optuna's matplotlib plots are experimental
         result = draw()
     axes = result.flat[0] if hasattr(result, "flat") else result
     fig = axes.figure
-    fig.set_size_inches(max(fig.get_size_inches()[0], 8), max(fig.get_size_inches()[1], 4.5))
+    fig.set_size_inches(max(fig.get_size_inches()[0], size[0]), max(fig.get_size_inches()[1], size[1]))
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -189,12 +189,12 @@ def figures(study: optuna.Study, folder: Path, values: dict[str, float], why: st
     first = {} if not multi else {"target": lambda t: t.values[0], "target_name": names[0]}
     out: list[Figure] = []
 
-    def add(name: str, title: str, draw: Callable[[], object], needs: int = 1) -> None:
+    def add(name: str, title: str, draw: Callable[[], object], needs: int = 1, size=(8, 4.5)) -> None:
         if len(complete) < needs:
             out.append(Figure(name, title, None, f"needs {needs} complete trial(s), has {len(complete)}"))
             return
         try:
-            out.append(Figure(name, title, _save(draw, folder / f"{name}.png")))
+            out.append(Figure(name, title, _save(draw, folder / f"{name}.png", size)))
         except (ValueError, RuntimeError, IndexError) as err:
             plt.close("all")
             out.append(Figure(name, title, None, f"not drawn: {err}"))
@@ -223,17 +223,53 @@ def figures(study: optuna.Study, folder: Path, values: dict[str, float], why: st
         out.append(Figure("param_importances", f"parameter importances ({names[0]})", path))
     else:
         out.append(Figure("param_importances", f"parameter importances ({names[0]})", None, why))
-    top = list(values)[:8] or None  # parallel coordinates stay readable with the most important few
+    # Readable with a few axes, each wide enough for its labels: the most important five, or
+    # (importances unknown) the first five by name.
+    searched = sorted({k for t in complete for k in t.params})
+    top = list(values)[:PARALLEL_AXES] or searched[:PARALLEL_AXES]
     add(
         "parallel_coordinate",
-        f"parallel coordinates ({names[0]})",
-        lambda: optuna_plots.plot_parallel_coordinate(study, params=top, **first),
+        f"parallel coordinates ({names[0]}; {len(top)} of {len(searched)} parameters"
+        + (", the most important)" if values else ")"),
+        lambda: optuna_plots.plot_parallel_coordinate(study, params=top or None, **first),
         needs=2,
+        size=(max(10, 2.2 * len(top) + 2), 6),
     )
     return out
 
 
 # --- the report --------------------------------------------------------------------------
+
+
+PARALLEL_AXES = 5
+# Below this many complete trials fANOVA importances are mostly noise; the report says so.
+FEW_TRIALS_FOR_IMPORTANCE = 10
+# Columns of the HTML trials table (all of them are in trials.csv); wide ones wrap.
+HTML_TRIAL_COLUMNS = (
+    "number",
+    "state",
+    ATTR_EPOCHS,
+    ATTR_TRAIN_S,
+    ATTR_SCHEDULE,
+    ATTR_ARCH,
+    "reason",
+    ATTR_PRUNED_AT,
+)
+
+
+def _plain(value) -> str:
+    """A parameter as a person writes it: 1 rather than 1.0, 0.0123 rather than 0.012345678."""
+    if isinstance(value, float):
+        if value != value:  # NaN: not searched in this trial
+            return ""
+        return str(int(value)) if value.is_integer() else f"{value:.4g}"
+    return str(value)
+
+
+def retrain_command(options: dict) -> str:
+    """The command that trains a trial's choices as a standalone train_dynamic run."""
+    args = " ".join(f"-P {k}={_plain(v)}" for k, v in options.items())
+    return f"mlflow run . -e train_dynamic --env-manager local {args}".strip()
 
 
 def _img(path: Path) -> str:
@@ -255,12 +291,14 @@ def render_html(
     esc = html.escape
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>tune study {esc(study.study_name)}</title>",
+        f"<title>Optuna study {esc(study.study_name)}: growth and curriculum search</title>",
         "<style>body{font-family:sans-serif;margin:2em;max-width:1300px}"
-        "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}"
+        "table{border-collapse:collapse;font-size:12px;max-width:100%}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;max-width:22em;overflow-wrap:anywhere}"
         "th{background:#eee}img{max-width:100%;margin:.5em 0}code{background:#f4f4f4}</style>",
         "</head><body>",
-        f"<h1>tune study <code>{esc(study.study_name)}</code></h1>",
+        f"<h1>Optuna study <code>{esc(study.study_name)}</code>: growth schedule, curriculum and "
+        "learning rate</h1>",
         f"<p>Objectives: {esc(directions)}. Trials: {len(frame)} "
         f"({esc(', '.join(f'{v} {k.lower()}' for k, v in counts.items()))}). "
         f"Epochs trained in all: {int(frame[ATTR_EPOCHS].sum()) if len(frame) else 0}.</p>",
@@ -275,7 +313,7 @@ def render_html(
                 "final architecture": b["final_arch"],
                 "pacing": b["params"].get("pacing", b["train_dynamic_options"].get("pacing", "")),
                 "lr": f"{float(b['train_dynamic_options'].get('lr', b['params'].get('lr', math.nan))):.4g}",
-                "retrain with": " ".join(f"-P {k}={v}" for k, v in b["train_dynamic_options"].items()),
+                "retrain with": retrain_command(b["train_dynamic_options"]),
             }
             for b in best
         ]
@@ -284,6 +322,13 @@ def render_html(
         parts.append("<p>No trial has completed yet.</p>")
     parts.append("<h2>Parameter importances</h2>")
     if importance:
+        n_complete = counts.get("COMPLETE", 0)
+        if n_complete < FEW_TRIALS_FOR_IMPORTANCE:
+            parts.append(
+                f"<p><b>Caveat:</b> computed from {n_complete} complete trial(s); fANOVA needs many "
+                f"more (tens) to separate a parameter's effect from noise, so below "
+                f"{FEW_TRIALS_FOR_IMPORTANCE} read these numbers as hints, not findings.</p>"
+            )
         parts.append(
             pd.DataFrame(
                 {"parameter": list(importance), "importance": [f"{v:.3f}" for v in importance.values()]}
@@ -296,7 +341,21 @@ def render_html(
         parts.append(f"<h3>{esc(fig.title)}</h3>")
         parts.append(_img(fig.path) if fig.path else f"<p>Not drawn: {esc(fig.note)}</p>")
     parts.append("<h2>All trials</h2>")
-    parts.append(frame.to_html(index=False, escape=True, na_rep="") if len(frame) else "<p>None.</p>")
+    if len(frame):
+        parts.append("<p>Every column, run ids and workers included, is in <code>trials.csv</code>.</p>")
+        shown = [c for c in (*HTML_TRIAL_COLUMNS[:2], *names, *HTML_TRIAL_COLUMNS[2:]) if c in frame.columns]
+        shown += [c for c in frame.columns if c.startswith("param:")]
+        table = frame[shown].copy()
+        for column in table.columns:
+            if column.startswith("param:") or column == ATTR_PRUNED_AT:
+                table[column] = table[column].map(_plain)
+        for column in (*names, ATTR_TRAIN_S):
+            if column in table.columns:
+                table[column] = table[column].map(lambda v: "" if v != v else f"{v:.4g}")
+        table.columns = [c.removeprefix("param:") for c in table.columns]
+        parts.append(table.to_html(index=False, escape=True, na_rep=""))
+    else:
+        parts.append("<p>None.</p>")
     parts.append("</body></html>")
     return "\n".join(parts)
 

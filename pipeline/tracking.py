@@ -46,18 +46,105 @@ def _raise_terminated(signum, frame):
     raise Terminated()
 
 
+DEFAULT_EXPERIMENT = "growing-cnn"
+# MLflow 3's UI opens an experiment without this tag in its GenAI view ("Traces"); this one
+# opens on the runs table, as a model-training experiment.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+# A parameter longer than this is logged as a short digest, its full text as an artifact
+# params/<key>.txt: the UI cuts long values, and a 500-character JSON spec reads as noise.
+LONG_PARAM = 100
+LONG_PARAM_DIR = "params"
+
+
 def flat_params(*configs) -> dict[str, str]:
+    """Parameters as plain text: true/false as the CLI spells them, lists of plain values
+    comma-separated (as the options take them), anything nested as JSON."""
     params: dict[str, str] = {}
     for cfg in configs:
         items = asdict(cfg).items() if is_dataclass(cfg) else dict(cfg).items()
         for key, value in items:
             if isinstance(value, bool):
                 params[key] = str(value).lower()  # as MLproject and the CLI spell it
+            elif isinstance(value, (list, tuple)) and all(
+                isinstance(v, (int, float, str)) and "," not in str(v) for v in value
+            ):
+                params[key] = ",".join(str(v) for v in value)
             elif isinstance(value, (list, dict, tuple)):
                 params[key] = json.dumps(value)
             else:
                 params[key] = str(value)
     return params
+
+
+def shown_param(key: str, value: str) -> str:
+    """The value logged for a parameter: itself, or for a long one a digest that names where
+    its full text is (``sha256:1a2b3c4d5e6f, 496 chars: params/spec.txt``)."""
+    value = str(value)
+    if len(value) <= LONG_PARAM:
+        return value
+    digest = hashlib.sha256(value.encode()).hexdigest()[:12]
+    return f"sha256:{digest}, {len(value)} chars: {LONG_PARAM_DIR}/{key}.txt"
+
+
+def log_params_shown(params: dict[str, str], run_id: str | None = None) -> None:
+    """Log ``params`` as ``shown_param`` spells them, the full text of long ones as artifacts."""
+    client = mlflow.MlflowClient()
+    run_id = run_id or mlflow.active_run().info.run_id
+    items = [mlflow.entities.Param(k, shown_param(k, v)) for k, v in params.items()]
+    for start in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
+        client.log_batch(run_id, params=items[start : start + 100])
+    for key, value in params.items():
+        if len(str(value)) > LONG_PARAM:
+            client.log_text(run_id, str(value), f"{LONG_PARAM_DIR}/{key}.txt")
+
+
+def use_experiment(name: str = "") -> str:
+    """Make ``name`` the active experiment (created, as a model-training one, if missing) and
+    return its id. Empty: $MLFLOW_EXPERIMENT_ID or $MLFLOW_EXPERIMENT_NAME when set, else
+    ``growing-cnn``."""
+    if not name:
+        env_id = os.environ.get("MLFLOW_EXPERIMENT_ID", "")
+        if env_id:
+            mark_model_experiment(env_id)
+            return env_id
+        name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "") or DEFAULT_EXPERIMENT
+    experiment = mlflow.get_experiment_by_name(name)
+    experiment_id = experiment.experiment_id if experiment else mlflow.create_experiment(name)
+    mark_model_experiment(experiment_id)
+    mlflow.set_experiment(experiment_id=experiment_id)
+    return experiment_id
+
+
+def mark_model_experiment(experiment_id: str) -> None:
+    """Tag the experiment as model training unless its kind is already set (by a user or MLflow)."""
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment(experiment_id)
+    if EXPERIMENT_KIND_TAG not in experiment.tags:
+        client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+
+
+def current_run_name() -> str:
+    """The active run's name as the store has it (``mlflow.active_run()`` keeps the name the run
+    had when it was opened, before ``tracked_run`` renamed it)."""
+    return mlflow.get_run(mlflow.active_run().info.run_id).info.run_name or ""
+
+
+def unique_run_name(experiment_id: str, base: str, own_run_id: str = "") -> str:
+    """``base``, or ``base-2``, ``base-3``... when another run of the experiment has that name."""
+    taken = {
+        r.info.run_name
+        for r in mlflow.MlflowClient().search_runs(
+            [experiment_id], filter_string=f"attributes.run_name LIKE '{base}%'", max_results=5000
+        )
+        if r.info.run_id != own_run_id
+    }
+    if base not in taken:
+        return base
+    n = 2
+    while f"{base}-{n}" in taken:
+        n += 1
+    return f"{base}-{n}"
 
 
 def code_version() -> str:
@@ -89,8 +176,13 @@ def tracked_run(
     run_name: str | None = None,
     run_id: str | None = None,
     tags: dict[str, str] | None = None,
+    experiment_name: str = "",
 ) -> Iterator[mlflow.ActiveRun]:
-    """Open (or, under ``mlflow run`` or ``--resume``, reopen) the step's run and close it honestly."""
+    """Open (or, under ``mlflow run`` or ``--resume``, reopen) the step's run and close it honestly.
+
+    A new run goes into ``experiment_name`` (see ``use_experiment``); under ``mlflow run`` the
+    run already has its experiment. ``run_name`` (made unique in the experiment) replaces the
+    generated name ``mlflow run`` gave its run; a resumed run keeps its own name."""
     # MLflow logs a store error with its whole traceback before raising it; a read-only store
     # is said in one line below, and any other error is raised with its traceback anyway.
     quiet = logging.getLogger("mlflow.store.db.utils")
@@ -99,9 +191,19 @@ def tracked_run(
     try:
         for stale in fail_stale_runs():
             click.echo(f"marked run {stale} FAILED: its process died while it was RUNNING", err=True)
+        outer = os.environ.get("MLFLOW_RUN_ID", "")
         if run_id is None:  # MLflow would reopen the run MLFLOW_RUN_ID names, whatever it is
             check_outer_run(entry_point)
-        run = mlflow.start_run(run_id=run_id, run_name=None if run_id else run_name)
+        if run_id is None and not outer:
+            experiment_id = use_experiment(experiment_name)
+            name = unique_run_name(experiment_id, run_name) if run_name else None
+            run = mlflow.start_run(run_name=name)
+        else:
+            run = mlflow.start_run(run_id=run_id)
+            mark_model_experiment(run.info.experiment_id)
+            if run_id is None and run_name:  # `mlflow run`'s run, with its generated name
+                name = unique_run_name(run.info.experiment_id, run_name, run.info.run_id)
+                mlflow.MlflowClient().update_run(run.info.run_id, name=name)
     except mlflow.exceptions.MlflowException as err:
         store_error = _unwritable(err, f"tracking store {mlflow.get_tracking_uri()}")
         if store_error is None:
@@ -120,7 +222,7 @@ def tracked_run(
         logged = mlflow.get_run(run.info.run_id).data.params
         missing = {k: v for k, v in params.items() if k not in logged}
         if missing:
-            mlflow.log_params(missing)
+            log_params_shown(missing, run.info.run_id)
         yield run
     except (KeyboardInterrupt, Terminated):
         # A second signal (Ctrl-C reaches the whole process group, then main cancels the step

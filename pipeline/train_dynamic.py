@@ -16,12 +16,12 @@ import mlflow
 from models.growth import NAMED_SCHEDULES, GrowthEvent, validate_schedule
 from models.spec import ArchSpec, resolve_spec
 from pipeline import plots
-from pipeline.cli import build_config, config_options
+from pipeline.cli import build_config, config_options, help_text
 from pipeline.data import Data, DataConfig, load_data
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
 from pipeline.run_length import resolve_run_length, scaled_curriculum, scaled_schedule
 from pipeline.session import RunConfig, TrainingOutcome, prepare_curriculum, train_and_log, training_run
-from pipeline.tracking import GuardedCommand, flat_params, main_guard, scratch_dir
+from pipeline.tracking import GuardedCommand, current_run_name, flat_params, main_guard, scratch_dir
 from pipeline.training import TrainConfig
 
 ENTRY_POINT = "train_dynamic"
@@ -108,7 +108,8 @@ def run(
             picture = plots.architecture_evolution(
                 outcome.state.trace.to_dict(),
                 tmp / "architecture_evolution.png",
-                f"{growth_cfg.schedule} from {start.name}",
+                f"{current_run_name()}: schedule {schedule_label(growth_cfg.schedule)} "
+                f"from {start.name}, seed {train_cfg.seed}",
             )
             mlflow.log_artifact(str(picture))
         if outcome.state.stop_reason == "epochs" and outcome.state.model.spec.layers != final.layers:
@@ -116,7 +117,7 @@ def run(
         return outcome
 
 
-@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
+@click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import click
 
 from models.spec import ArchSpec, resolve_spec
-from pipeline.cli import build_config, config_options, opt
+from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.data import Data, DataConfig, load_data
 from pipeline.plan import CurriculumConfig, ExperimentPlan
 from pipeline.run_length import resolve_run_length, scaled_curriculum
@@ -79,7 +79,7 @@ def run(
         )
 
 
-@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
+@click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

@@ -15,9 +15,10 @@ that cannot be built is pruned before training, with the reason in the trial's
 MLflow: one parent run per study (tag ``entry_point=tune``), opened before any trial, and one
 child run per trial with the parameters a ``train_dynamic`` run would log, per-epoch metrics
 (``val/acc``, ``val/acc_<tier>``, ``time/epoch_s``, ...) and ``architecture_trace.json``. Run
-tag ``optuna_trial_number`` and trial attribute ``mlflow_run_id`` link the two; pruned trials
-end KILLED with tag ``trial_state=PRUNED``. The study report (``study/report.html``, CSV, PNG)
-is logged on the parent.
+tag ``optuna_trial_number`` and trial attribute ``mlflow_run_id`` link the two; runs are named
+``tune-<study>`` and ``tune-<study>-trial-<n>``; pruned trials end FINISHED with tags
+``trial_state=PRUNED``, ``pruned`` (why) and ``pruned_at_epoch``. The study report
+(``study/report.html``, CSV, PNG) is logged on the parent.
 
 Storage: ``--storage`` takes an Optuna storage URL; by default ``optuna.db`` (SQLite) next to
 the MLflow store. A study of the same ``--study-name`` is resumed: ``--n-trials`` is the total
@@ -48,8 +49,9 @@ from optuna.trial import TrialState
 from models.spec import resolve_spec
 from pipeline import search_space, study_report
 from pipeline.budget import parse_budget
-from pipeline.cli import build_config, config_options, opt, option_name
+from pipeline.cli import build_config, config_options, help_text, opt, option_name
 from pipeline.data import Data, DataConfig, load_data
+from pipeline.logged_model import register_champion
 from pipeline.plan import DynamicCurriculumConfig
 from pipeline.run_length import run_cost
 from pipeline.session import find_scores_run, prepare_curriculum
@@ -128,7 +130,11 @@ class StudyConfig:
     grace_period: int = opt(60, "seconds without a heartbeat after which a trial is failed and retried")
     max_retry: int = opt(2, "how often the trial of a worker that died is retried")
     wait_s: int = opt(300, "how long --worker waits for the study and its parent run to appear")
-    run_name: str = opt("", "name of the study's parent MLflow run; empty for a generated one")
+    run_name: str = opt("", "name of the study's parent MLflow run; empty: tune-<study name>")
+    experiment_name: str = opt("", "MLflow experiment of the study's runs; empty: growing-cnn")
+    registered_model: str = opt(
+        "", "Model Registry name for the best trial's model, alias champion; empty: growing-cnn-<study name>"
+    )
 
     def validate(self) -> StudyConfig:
         if self.objectives not in OBJECTIVES:
@@ -361,7 +367,12 @@ def run(
         tags["pacing_note"] = note
         click.echo(f"note: {note}", err=True)
     with tracked_run(
-        ENTRY_POINT, params, run_name=study_cfg.run_name or None, run_id=reopen, tags=tags
+        ENTRY_POINT,
+        params,
+        run_name=study_cfg.run_name or f"tune-{study_cfg.study_name}",
+        run_id=reopen,
+        tags=tags,
+        experiment_name=study_cfg.experiment_name,
     ) as active:
         this_run = active.info.run_id
         if not parent:
@@ -378,6 +389,13 @@ def run(
             Worker(data, configs, study).work(study_cfg.n_trials)
             codes = [0]
         summary = log_report(study, parent)
+        best_runs = [b["mlflow_run_id"] for b in study_report.best_records(study) if b["mlflow_run_id"]]
+        champion = register_champion(
+            best_runs, study_cfg.registered_model or f"growing-cnn-{study_cfg.study_name}"
+        )
+        if champion:
+            mlflow.MlflowClient().set_tag(parent, "champion", champion)
+            click.echo(f"the best trial's model is {champion}", err=True)
         if parent != this_run:
             mlflow.log_metrics(summary)
         if any(code > 0 for code in codes):  # killed workers (< 0) are what heartbeats are for
@@ -394,7 +412,7 @@ def check_data(study: optuna.Study, data: Data) -> None:
         )
 
 
-@click.command(name=ENTRY_POINT, help=__doc__, cls=GuardedCommand)
+@click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:

@@ -14,7 +14,7 @@ import click
 import mlflow
 import optuna
 import pandas as pd
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, RunTag
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
@@ -25,6 +25,7 @@ from pipeline import search_space, study_report
 from pipeline.budget import scale_epoch
 from pipeline.curriculum import CurriculumError
 from pipeline.data import Data, DataConfig
+from pipeline.logged_model import log_classifier
 from pipeline.loop import DivergenceError, pick_device, seed_everything
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig, curriculum_pruning
 from pipeline.pruning import PruningError
@@ -43,6 +44,7 @@ from pipeline.tracking import (
     FAILURE_TAG,
     code_version,
     flat_params,
+    log_params_shown,
     one_line,
     owner_tags,
     scratch_dir,
@@ -53,15 +55,18 @@ from pipeline.training import FitState, TrainConfig, fit, new_state
 class TrialRun:
     """A trial's MLflow child run, logged through the client so it works in any process.
 
-    As a context manager it ends the run by how the trial ended: FINISHED (complete), KILLED
-    with tag ``trial_state=PRUNED`` (pruned or invalid), FAILED (an error) or KILLED (interrupted).
+    As a context manager it ends the run by how the trial ended: FINISHED (complete), FINISHED
+    with tags ``trial_state=PRUNED`` and ``pruned`` (the reason, with the epoch; pruning is the
+    study working as meant, not a crash), FAILED (an error) or KILLED (interrupted).
     """
 
-    def __init__(self, parent_run_id: str, experiment_id: str, trial: optuna.Trial, tags: dict):
+    def __init__(
+        self, parent_run_id: str, experiment_id: str, trial: optuna.Trial, tags: dict, study_name: str
+    ):
         self.client = mlflow.MlflowClient()
         run = self.client.create_run(
             experiment_id,
-            run_name=f"trial-{trial.number}",
+            run_name=f"tune-{study_name}-trial-{trial.number}",
             tags={
                 MLFLOW_PARENT_RUN_ID: parent_run_id,
                 "entry_point": ENTRY_POINT,
@@ -71,6 +76,7 @@ class TrialRun:
             },
         )
         self.run_id = run.info.run_id
+        self.trial = trial
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         now = int(time.time() * 1000)
@@ -79,9 +85,16 @@ class TrialRun:
         )
 
     def log_params(self, params: dict[str, str]) -> None:
-        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
-        for start in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
-            self.client.log_batch(self.run_id, params=items[start : start + 100])
+        log_params_shown(params, self.run_id)
+
+    def log_model(self, model, data: Data) -> None:
+        """Log ``model`` as this trial's MLflow Model, so that tune can register the best."""
+        # The fluent API logs models into the active run: make it this one (nested under the
+        # study's parent when that is open in this process). Leaving the block ends the run
+        # FINISHED, which __exit__ then confirms.
+        nested = mlflow.active_run() is not None
+        with mlflow.start_run(run_id=self.run_id, nested=nested), scratch_dir() as tmp:
+            log_classifier(model, data, self.client.get_run(self.run_id).info.run_name, tmp)
 
     def set_tags(self, tags: dict[str, str]) -> None:
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
@@ -93,7 +106,10 @@ class TrialRun:
         if err is None:
             state, status, tags = "COMPLETE", "FINISHED", {}
         elif isinstance(err, optuna.TrialPruned):
-            state, status, tags = "PRUNED", "KILLED", {"pruned_reason": str(err)}
+            # An invalid schedule is pruned before any epoch: pruned_at_epoch 0.
+            epoch = self.trial.user_attrs.get(study_report.ATTR_PRUNED_AT, 0)
+            state, status = "PRUNED", "FINISHED"
+            tags = {"pruned": str(err), "pruned_reason": str(err), "pruned_at_epoch": str(epoch)}
         elif isinstance(err, Exception):
             state, status, tags = "FAIL", "FAILED", {FAILURE_TAG: one_line(err)}
         else:  # Ctrl-C or SIGTERM: the trial is retried later, not failed for good
@@ -125,6 +141,8 @@ class Worker:
             None,
             data.source_digest,
             data.digest,
+            data.mean,
+            data.std,
         )
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.code_version = code_version()
@@ -176,7 +194,7 @@ class Worker:
         tags = {"worker": self.name, "code_version": self.code_version, **owner_tags()}
         if retry_of is not None:
             tags["retry_of"] = str(retry_of)
-        with TrialRun(self.parent_run_id, self.experiment_id, trial, tags) as run:
+        with TrialRun(self.parent_run_id, self.experiment_id, trial, tags, self.study.study_name) as run:
             trial.set_user_attr(study_report.ATTR_RUN_ID, run.run_id)
             params = flat_params(self.data_cfg, train_cfg, growth_cfg, curriculum_cfg)
             params.update({k: v for k, v in flat_params(trial.params).items() if k not in params})
@@ -262,6 +280,7 @@ class Worker:
         run.log_metrics(
             {"final/val_acc": last["val/acc"], "time/total_s": state.cumulative_s}, step=state.epoch - 1
         )
+        run.log_model(state.model, self.data)
         click.echo(
             f"trial {trial.number}: val/acc {last['val/acc']:.4f} in {state.cumulative_s:.1f}s "
             f"[{candidate.schedule() or 'no growth'}; {candidate.pacing}; lr {candidate.lr:.3g}]"

@@ -63,9 +63,46 @@ def test_main_runs_the_study_and_a_second_run_reuses_every_step(tracking, tmp_pa
     # The equal-cost run: its budget is the static run's training seconds, and the Conclusion
     # compares the two at equal cost.
     (static,) = _runs(experiment_id, "train_static")
-    budgets = [run.data.params.get("budget", "").strip("'") for run in _runs(experiment_id, "train_dynamic")]
+    budgets = [run.data.params.get("budget", "") for run in _runs(experiment_id, "train_dynamic")]
     assert sorted(budgets) == ["", "", f"run:{static.info.run_id}:s"]
     assert "at equal cost" in first.stdout.split("### ")[0]
+    # Each run is named by what it is, and every name is unique.
+    everything = mlflow.search_runs([experiment_id], output_format="list")
+    steps = ("main", "score_difficulty", "evaluate")
+    names = {
+        r.data.tags["entry_point"]: r.info.run_name for r in everything if r.data.tags["entry_point"] in steps
+    }
+    assert len({run.info.run_name for run in everything}) == len(everything) == STEPS + 1
+    assert sorted(run.info.run_name for run in training) == [
+        "dynamic-default+tiers-random-s0",
+        "dynamic-default+tiers-s0",
+        "dynamic-default+tiers-sametime-s0",
+        "static-s0",
+    ]
+    for run in training:  # the pruning that goes with the tiers curriculum is in the variant tag only
+        same_time = "-sametime" if run.data.params.get("budget") else ""
+        assert run.info.run_name == f"{run.data.tags['variant'].replace('+prune0.3', '')}{same_time}-s0"
+    assert names == {
+        "main": "main-quick",
+        "score_difficulty": "score-difficulty-quick",
+        "evaluate": "evaluate-quick",
+    }
+    # Parameters as plain values: no shell quoting, long ones a digest beside their full text.
+    static = next(run for run in training if run.data.tags["entry_point"] == "train_static")
+    assert static.data.params["data_dir"] == "" and static.data.params["seed"] == "0"
+    assert (
+        static.data.params["spec"].startswith("sha256:") and "params/spec.txt" in static.data.params["spec"]
+    )
+    spec_text = mlflow.artifacts.load_text(f"runs:/{static.info.run_id}/params/spec.txt")
+    assert json.loads(spec_text)["layers"]
+    # (main's own run is made by `mlflow run .`, which logs an empty option as '': not ours to change)
+    made_by_main = [run for run in everything if run.data.tags["entry_point"] != "main"]
+    assert not [v for run in made_by_main for v in run.data.params.values() if v.startswith("'")]
+    # The best run by validation accuracy is registered, alias champion, and loads.
+    best = max(training, key=lambda run: run.data.metrics["final/val_acc"])
+    champion = mlflow.MlflowClient().get_model_version_by_alias("growing-cnn-fashion-mnist", "champion")
+    assert champion.run_id == best.info.run_id
+    assert main_run.data.tags["champion"] == "models:/growing-cnn-fashion-mnist@champion"
     (evaluation,) = _runs(experiment_id, "evaluate")
     assert main_run.data.tags["evaluate_run_id"] == evaluation.info.run_id
     report = {a.path for a in mlflow.MlflowClient().list_artifacts(evaluation.info.run_id, "report")}

@@ -32,7 +32,8 @@ def test_the_same_options_as_mlflow_run_spells_them_resume(killed):
 
 def test_options_that_do_not_change_the_run_may_differ(killed):
     guards = {"max_params", "max_memory_gb"}  # size limits refuse networks, they do not change one
-    assert set(RESUME_MAY_DIFFER) == {"resume", "progress", "run_name", "data_dir", *guards}
+    where = {"run_name", "experiment_name"}  # a resumed run keeps its own name and experiment
+    assert set(RESUME_MAY_DIFFER) == {"resume", "progress", "data_dir", *where, *guards}
     changed = {**PARAMS, "progress": "false", "run_name": "b", "resume": killed, "data_dir": "/else"}
     check_resumable(killed, "train_static", changed, {}, "d1")
 

@@ -146,3 +146,18 @@ def test_report_before_any_trial_completes_says_so(tmp_path):
     assert "Not drawn: needs" in page
     assert json.loads(written["best_trials.json"].read_text()) == []
     assert "best/val_acc" not in sr.summary(study)
+
+
+def test_the_report_reads_as_a_study_with_whole_integers_and_a_full_retrain_command(single, tmp_path):
+    page = sr.build_report(single, tmp_path / "study")["report.html"].read_text()
+    assert "<title>Optuna study single:" in page and "tune study" not in page
+    assert "mlflow run . -e train_dynamic --env-manager local -P schedule=" in page
+    trials = page.split("<h2>All trials</h2>")[1]
+    assert "<th>n_growth</th>" in trials and not re.search(r"<td>\d+\.0</td>", trials)  # 1, never 1.0
+    assert "mlflow_run_id" not in trials  # in trials.csv; the page stays narrow
+    complete = sum(t.state.name == "COMPLETE" for t in single.trials)
+    if complete < sr.FEW_TRIALS_FOR_IMPORTANCE:
+        assert f"computed from {complete} complete trial(s)" in page
+    assert sr.retrain_command({"lr": 0.05, "epochs": 12.0}) == (
+        "mlflow run . -e train_dynamic --env-manager local -P lr=0.05 -P epochs=12"
+    )

@@ -78,7 +78,8 @@ def test_a_study_resumes_by_name_under_its_one_parent_run(tracking, tmp_path, mo
             assert "architecture_trace.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
         else:  # only a schedule that cannot be built may end otherwise, without training
             assert trial.state.name == "PRUNED" and "invalid_reason" in trial.user_attrs
-            assert run.data.tags["trial_state"] == "PRUNED" and run.info.status == "KILLED"
+            assert run.data.tags["trial_state"] == "PRUNED" and run.info.status == "FINISHED"
+            assert run.data.tags["pruned"].startswith("invalid") and run.data.tags["pruned_at_epoch"] == "0"
     changed = runner.invoke(tune.main, [*SMALL, "--n-trials", "4", "--epochs", "3"])
     assert changed.exit_code == 2
     assert "error: --epochs 3 differs from study 'tune', which was created with 2" in changed.output
