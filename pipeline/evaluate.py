@@ -38,6 +38,7 @@ from pipeline.data import Data, DataConfig, Split, load_data
 from pipeline.logged_model import MODEL_ID_TAG
 from pipeline.loop import evaluate as evaluate_split
 from pipeline.loop import pick_device
+from pipeline.precision import autocast, resolve_precision
 from pipeline.scores import load_scores
 from pipeline.session import MODEL_ARTIFACT_DIR, MODEL_FILE, find_scores_run
 from pipeline.tracking import GuardedCommand, UpstreamError, flat_params, main_guard, scratch_dir, tracked_run
@@ -61,6 +62,11 @@ class EvaluateConfig:
         0.0, "validation accuracy for time-to-target; 0: 95% of the matched static's final"
     )
     device: str = opt("cpu", "device for inference (timings are per device)")
+    precision: str = opt(
+        "fp32",
+        "autocast precision of inference: fp32 (the reported accuracy's default), bf16, fp16 (CUDA) "
+        "or auto (bf16 where this hardware runs it fast); accuracy and timings are per precision",
+    )
     batch_size: int = opt(512, "inference batch size")
     run_name: str = opt("", "MLflow run name; empty: evaluate")
 
@@ -72,17 +78,22 @@ CONFIGS = (EvaluateConfig,)
 
 
 @torch.no_grad()
-def inference_ms_per_example(model: SpecNet, x: torch.Tensor, batch_size: int) -> float:
-    """Median over repeats of the eval-mode forward time per example, in milliseconds."""
+def inference_ms_per_example(
+    model: SpecNet, x: torch.Tensor, batch_size: int, precision: str = "fp32"
+) -> float:
+    """Median over repeats of the eval-mode forward time per example, in milliseconds, under
+    the autocast of ``precision`` (resolved)."""
     if len(x) == 0:
         return float("nan")
     model.eval()
-    model(x[:batch_size])  # warm-up
+    with autocast(precision, x.device):
+        model(x[:batch_size])  # warm-up
     times = []
     for _ in range(TIMING_REPEATS):
         start = time.perf_counter()
-        for b in range(0, len(x), batch_size):
-            model(x[b : b + batch_size])
+        with autocast(precision, x.device):
+            for b in range(0, len(x), batch_size):
+                model(x[b : b + batch_size])
         if x.device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
@@ -90,15 +101,21 @@ def inference_ms_per_example(model: SpecNet, x: torch.Tensor, batch_size: int) -
 
 
 def compute_test_metrics(
-    model: SpecNet, test: Split, tiers: torch.Tensor | None, classes: list[str], batch_size: int
+    model: SpecNet,
+    test: Split,
+    tiers: torch.Tensor | None,
+    classes: list[str],
+    batch_size: int,
+    precision: str = "fp32",
 ) -> tuple[dict[str, float], pd.DataFrame, pd.DataFrame]:
-    """Test metrics overall and per tier, per-class accuracy and the confusion matrix."""
-    result = evaluate_split(model, test, batch_size)
+    """Test metrics overall and per tier, per-class accuracy and the confusion matrix, with
+    forward passes under the autocast of ``precision`` (resolved)."""
+    result = evaluate_split(model, test, batch_size, precision=precision)
     y = test.y.cpu()
     metrics = {
         "test/loss": result.loss,
         "test/acc": result.acc,
-        "test/infer_ms_per_example": inference_ms_per_example(model, test.x, batch_size),
+        "test/infer_ms_per_example": inference_ms_per_example(model, test.x, batch_size, precision),
     }
     if tiers is not None:
         for t, name in enumerate(TIER_NAMES):
@@ -107,7 +124,7 @@ def compute_test_metrics(
                 metrics[f"test/acc_{name}"] = float(result.correct[mask].float().mean())
                 metrics[f"test/loss_{name}"] = float(result.per_example_loss[mask].mean())
                 metrics[f"test/infer_ms_{name}"] = inference_ms_per_example(
-                    model, test.x[mask.to(test.x.device)], batch_size
+                    model, test.x[mask.to(test.x.device)], batch_size, precision
                 )
     n = len(classes)
     confusion = torch.zeros(n, n, dtype=torch.long)
@@ -216,7 +233,10 @@ def evaluate_run(run_id: str, cfg: EvaluateConfig, data_cache: dict, tmp: Path) 
     device = inference_device(cfg.device)
     model = load_model(path, device)
     test = data.test.to(device)
-    metrics, per_class, confusion = compute_test_metrics(model, test, tiers, data.classes, cfg.batch_size)
+    precision = resolve_precision(cfg.precision, device)
+    metrics, per_class, confusion = compute_test_metrics(
+        model, test, tiers, data.classes, cfg.batch_size, precision
+    )
     per_class.to_csv(dest / "per_class.csv", index=False)
     confusion.to_csv(dest / "confusion_matrix.csv")
     (dest / "test_metrics.json").write_text(json.dumps(metrics, indent=2))
@@ -231,13 +251,14 @@ def evaluate_run(run_id: str, cfg: EvaluateConfig, data_cache: dict, tmp: Path) 
         synchronous=True,
     )
     client.set_tag(run_id, "test_scores_run_id", scores_ref or "")
+    client.set_tag(run_id, "test_precision", precision)  # the test metrics' arithmetic
     return metrics
 
 
 def run(cfg: EvaluateConfig) -> str:
     if cfg.batch_size < 1:
         raise UpstreamError(f"--batch-size must be positive, got {cfg.batch_size}")
-    inference_device(cfg.device)  # before any run is opened or model downloaded
+    resolve_precision(cfg.precision, inference_device(cfg.device))  # before any run is opened
     run_ids = select_runs(cfg)
     params = flat_params(cfg)
     params["runs"] = ",".join(run_ids)  # what was evaluated; its full text in params/runs.txt

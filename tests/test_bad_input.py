@@ -172,6 +172,7 @@ CASES = [
     Case("label smoothing of 1", STATIC, (*SCORED, "--label-smoothing", "1"), "--label-smoothing must be"),
     Case("negative growth re-warm", DYNAMIC, (*SCORED, "--growth-rewarm", "-0.1"), "--growth-rewarm must be"),
     Case("rejoin of the whole run", DYNAMIC, (*SCORED, "--rejoin", "1"), "--rejoin 1.0 must be a fraction"),
+    Case("fp16 inference on CPU", "evaluate", ("--precision", "fp16"), "--precision fp16 runs only on CUDA"),
     Case("zero learning rate in tune", "tune", (*TINY, "--lr", "0"), "--lr must be positive"),
     Case("unknown pruner", "tune", (*TINY, "--pruner", "sometimes"), "--pruner 'sometimes'"),
     Case("unknown preset", "main", ("--preset", "huge"), "--preset 'huge'"),

@@ -131,3 +131,24 @@ def test_growth_joins_in_fp32_and_its_probe_runs_at_the_runs_precision(small_dat
     for event in state.trace.events:
         if event["preserved"]:
             assert abs(event["probe_loss_after"] - event["probe_loss_before"]) < 0.05
+
+
+@needs_bf16
+def test_evaluate_infers_at_the_precision_it_is_given(small_data):
+    """evaluate's test pass runs under its --precision: bf16 logits differ from fp32 ones, and
+    the accuracies computed from each match a by-hand pass at that precision."""
+    from pipeline.evaluate import compute_test_metrics
+
+    state = fit(_fresh(small_data, BF16), small_data, dataclasses.replace(BF16, epochs=1), TrainingPlan())
+    model, split = state.model.eval(), small_data.val
+    classes = [str(c) for c in range(small_data.num_classes)]
+    for precision in ("fp32", "bf16"):
+        metrics, _, _ = compute_test_metrics(model, split, None, classes, 256, precision)
+        with torch.no_grad(), autocast(precision, CPU):
+            expected = (model(split.x).argmax(1) == split.y).float().mean()
+        assert metrics["test/acc"] == pytest.approx(float(expected), abs=1 / len(split))
+    with torch.no_grad():
+        fp32_logits = model(split.x[:64])
+        with autocast("bf16", CPU):
+            bf16_logits = model(split.x[:64])
+    assert bf16_logits.dtype == torch.bfloat16 and not torch.equal(fp32_logits, bf16_logits.float())
