@@ -51,7 +51,7 @@ TARGET_FRACTION = 0.99  # default target: 99% of the baseline's mean final valid
 TIME_TO_TARGET = "time/to_target_s"  # computed here from history.csv, not logged by training
 
 # The parameters that must be equal for two runs to be compared or averaged: the data (its
-# digest covers dataset, subset, validation size and split seed; the others are spelled out so
+# digest covers dataset, subset, validation size, split seed and label noise; the others are spelled out so
 # that the report can say which differ), the training length, and the arithmetic. Extend here.
 COMPARABILITY_KEYS = (
     "dataset",
@@ -59,6 +59,9 @@ COMPARABILITY_KEYS = (
     "subset",
     "val_size",
     "split_seed",
+    "label_noise",
+    "noise_kind",
+    "noise_seed",
     "epochs",
     "budget",
     "budget_resolved",
@@ -86,6 +89,12 @@ METRICS: dict[str, MetricInfo] = {
     TIME_TO_TARGET: MetricInfo("time to target validation accuracy", "seconds", False),
     "train/flops_cumulative": MetricInfo("training FLOPs", "flops", False),
     "test/infer_ms_per_example": MetricInfo("inference time per example", "ms", False),
+    # Under --label-noise, at the last epoch: flipped training examples the network gets right
+    # (their original label) and those it has memorised (the wrong label it was taught).
+    "noise/train_acc_flipped_original": MetricInfo(
+        "flipped training labels: original predicted", "acc", True
+    ),
+    "noise/train_acc_flipped_noisy": MetricInfo("flipped training labels: memorised", "acc", False),
 }
 COST_METRICS = ("time/total_s", TIME_TO_TARGET, "train/flops_cumulative", "test/infer_ms_per_example")
 
@@ -185,8 +194,16 @@ def collect_runs(
 def setting_of(params: dict[str, str]) -> str:
     """The run's ``COMPARABILITY_KEYS`` params as canonical JSON; a missing one is "".
 
-    Numbers are compared as numbers (``mlflow run`` may log ``6.0`` where the CLI logs ``6``)."""
-    return json.dumps({key: _canonical(params.get(key, "")) for key in COMPARABILITY_KEYS})
+    Numbers are compared as numbers (``mlflow run`` may log ``6.0`` where the CLI logs ``6``).
+    Clean labels read as ``CLEAN_DATA`` whatever the unused noise options were, and so does a run
+    from before label noise existed."""
+    values = dict(params)
+    if _canonical(values.get("label_noise", "0")) == "0":
+        values.update(CLEAN_DATA)
+    return json.dumps({key: _canonical(values.get(key, "")) for key in COMPARABILITY_KEYS})
+
+
+CLEAN_DATA = {"label_noise": "0", "noise_kind": "symmetric", "noise_seed": "0"}
 
 
 def _canonical(value: str) -> str:
@@ -465,6 +482,62 @@ def _run_ids(g: Group, unit: str) -> str:
     return " ".join(g.runs.loc[g.runs["unit"] == unit, "run_id"])
 
 
+# The random-order control of a curriculum variant carries this in its variant name
+# (``dynamic-default+tiers-random+prune0.3`` mirrors ``dynamic-default+tiers+prune0.3``).
+RANDOM_ORDER = "-random"
+
+
+def _ordering_rows(groups: list[Group]) -> list[dict]:
+    """Each curriculum variant against its random-order control in the same setting (same
+    entry point and final architecture), paired by seed on test accuracy: how much of what the
+    curriculum does is its ordering rather than its data diet."""
+    rows = []
+    for control in groups:
+        if RANDOM_ORDER not in control.variant:
+            continue
+        twin = control.variant.replace(RANDOM_ORDER, "", 1)
+        for g in groups:
+            same = (g.setting, g.entry_point, g.spec_key) == (
+                control.setting,
+                control.entry_point,
+                control.spec_key,
+            )
+            if not same or g.variant != twin or not (g.has("test/acc") and control.has("test/acc")):
+                continue
+            both = pd.concat({"a": g.per_unit("test/acc"), "b": control.per_unit("test/acc")}, axis=1)
+            both = both.dropna()
+            both = both.loc[np.array([str(u).startswith("seed ") for u in both.index], dtype=bool)]
+            test = paired_test(both["a"], both["b"])
+            rows.append(
+                {
+                    "group": g.label,
+                    "control": control.label,
+                    "n_pairs": test["n"],
+                    "mean_diff": test["mean_diff"],
+                    "diff_ci_low": test["ci_low"],
+                    "diff_ci_high": test["ci_high"],
+                    "p_t": test["p_t"],
+                }
+            )
+    return rows
+
+
+def _ordering_answer(rows: list[dict]) -> list[str]:
+    return [
+        f"**{r['group']}** vs its random-order control {r['control']} ({_seeds(r['n_pairs'])} paired): "
+        f"test accuracy {_diff_answer(pd.Series(r))}: "
+        + (
+            "the curriculum's ordering helps"
+            if r["n_pairs"] >= 2 and r["diff_ci_low"] > 0
+            else "the ordering hurts"
+            if r["n_pairs"] >= 2 and r["diff_ci_high"] < 0
+            else "no effect of the ordering that these seeds can separate from noise"
+        )
+        + "."
+        for r in rows
+    ]
+
+
 # --- entry ---------------------------------------------------------------------------------
 
 
@@ -499,7 +572,7 @@ def build_report(
     _plot_learning_curves(groups, histories, events, colours, paths.learning_curves_png)
     _plot_cost_frontier(groups, paths.cost_frontier_png)
 
-    blocks = _document(comp_df, groups, paths)
+    blocks = _document(comp_df, groups, paths, _ordering_rows(groups))
     paths.report_md.write_text(_to_markdown(blocks), encoding="utf-8")
     paths.report_html.write_text(_to_html(blocks, out_dir), encoding="utf-8")
     return paths
@@ -609,11 +682,11 @@ def _diff_answer(row: pd.Series) -> str:
     return f"{diff} (95% CI {lo} to {hi}): {verdict}"
 
 
-def _conclusion(comp: pd.DataFrame) -> list[str]:
+def _conclusion(comp: pd.DataFrame, ordering: Sequence[dict] = ()) -> list[str]:
     """The answer first (each variant against its static twin: cost ratios and accuracy
-    difference), then per tier which variant has the best mean and whether that is more than
-    noise."""
-    lines = _answer(comp)
+    difference; then each curriculum against its random-order control), then per tier which
+    variant has the best mean and whether that is more than noise."""
+    lines = _answer(comp) + _ordering_answer(list(ordering))
     settings = sorted(comp["setting"].fillna("").unique()) if "setting" in comp.columns else [""]
     if len(settings) > 1:
         lines.append(
@@ -689,7 +762,9 @@ def _interval(kind: str, row: pd.Series) -> str:
     return f"{text} (n={row['n']})"
 
 
-def _document(comp: pd.DataFrame, groups: list[Group], paths: ReportPaths) -> list[tuple]:
+def _document(
+    comp: pd.DataFrame, groups: list[Group], paths: ReportPaths, ordering: Sequence[dict] = ()
+) -> list[tuple]:
     """The report as blocks, rendered to both Markdown and HTML."""
 
     def cell(label: str, metric: str):
@@ -698,7 +773,7 @@ def _document(comp: pd.DataFrame, groups: list[Group], paths: ReportPaths) -> li
 
     tiers = [m for m in TIERS if (comp["metric"] == m).any()]
     blocks: list[tuple] = [("h", 1, "Growing CNN: comparison report"), ("h", 2, "Conclusion")]
-    conclusion = _conclusion(comp)
+    conclusion = _conclusion(comp, ordering)
     unfinished = [
         r for g in groups for _, r in g.runs.iterrows() if r.get("status", "FINISHED") != "FINISHED"
     ]
