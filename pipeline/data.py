@@ -497,12 +497,12 @@ def _normalise(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.
 
 def make_splits(raw: RawData, cfg: DataConfig, include_test: bool) -> Data:
     """The fixed train/validation split of the source's training set, and optionally its test set."""
+    check_noise(cfg, classes=raw.classes)
     n_train = len(raw.train_y)
     if not 0 < cfg.val_size < n_train:
         raise DataError(f"--val-size {cfg.val_size} must be between 1 and {n_train - 1}")
     if cfg.subset < 0:
         raise DataError(f"--subset {cfg.subset} must be 0 (all data) or positive")
-    check_noise(cfg, classes=raw.classes)
     generator = torch.Generator().manual_seed(cfg.split_seed)
     val_pos = stratified_sample(raw.train_y, cfg.val_size, generator)
     train_mask = torch.ones(n_train, dtype=torch.bool)
@@ -622,6 +622,7 @@ REFUSE_TEST_ENV = "GCNN_REFUSE_TEST_SPLIT"
 def load_data(cfg: DataConfig, include_test: bool = False) -> Data:
     if include_test and os.environ.get(REFUSE_TEST_ENV) == "1":
         raise DataError(f"the test split is refused here ({REFUSE_TEST_ENV}=1): this step must not load it")
+    check_noise(cfg)  # before the files are read: a bad noise option needs no data to refuse
     return make_splits(load_raw(cfg.dataset, cfg.data_dir), cfg, include_test)
 
 

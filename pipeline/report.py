@@ -96,6 +96,7 @@ METRICS: dict[str, MetricInfo] = {
     ),
     "noise/train_acc_flipped_noisy": MetricInfo("flipped training labels: memorised", "acc", False),
 }
+NOISE_METRICS = ("noise/train_acc_flipped_original", "noise/train_acc_flipped_noisy")
 COST_METRICS = ("time/total_s", TIME_TO_TARGET, "train/flops_cumulative", "test/infer_ms_per_example")
 
 # fmt: off
@@ -798,6 +799,22 @@ def _document(
         )
     )
     blocks.append(("img", paths.tier_accuracy_png.name, "per-tier test accuracy with 95% CI"))
+    noise = [m for m in NOISE_METRICS if (comp["metric"] == m).any()]
+    if noise:
+        blocks += [
+            ("h", 2, "Label noise: memorisation at the last epoch"),
+            (
+                "p",
+                "On a fixed sample of the training examples whose label was flipped: the share the "
+                "network predicts with their original label, and the share it predicts with the wrong "
+                "label it was taught (memorised). Mean over seeds with its 95% interval.",
+            ),
+            (
+                "table",
+                ["variant", *[METRICS[m].title for m in noise]],
+                [[g.label, *[_interval("acc", cell(g.label, m)) for m in noise]] for g in groups],
+            ),
+        ]
 
     paired_rows = comp[comp["baseline"] != ""]
     blocks.append(("h", 2, "Paired differences to the matched static baseline"))
