@@ -123,11 +123,13 @@ class ReportPaths:
     accuracy_vs_wallclock_png: Path
     learning_curves_png: Path
     cost_frontier_png: Path  # only when the runs span several training lengths
+    noise_curves_png: Path  # only when runs trained on noisy labels
 
     @classmethod
     def in_dir(cls, out_dir: Path) -> ReportPaths:
         names = ["comparison.csv", "paired.csv", "report.md", "report.html", "tier_accuracy.png",
-                 "accuracy_vs_wallclock.png", "learning_curves.png", "cost_frontier.png"]  # fmt: skip
+                 "accuracy_vs_wallclock.png", "learning_curves.png", "cost_frontier.png",
+                 "noise_curves.png"]  # fmt: skip
         return cls(out_dir, *(out_dir / name for name in names))
 
     def files(self) -> list[Path]:
@@ -572,6 +574,7 @@ def build_report(
     _plot_accuracy_vs_wallclock(groups, histories, colours, paths.accuracy_vs_wallclock_png)
     _plot_learning_curves(groups, histories, events, colours, paths.learning_curves_png)
     _plot_cost_frontier(groups, paths.cost_frontier_png)
+    _plot_noise_curves(groups, histories, colours, paths.noise_curves_png)
 
     blocks = _document(comp_df, groups, paths, _ordering_rows(groups))
     paths.report_md.write_text(_to_markdown(blocks), encoding="utf-8")
@@ -905,6 +908,18 @@ def _document(
             ),
             ("img", paths.cost_frontier_png.name, "test accuracy against training cost"),
         ]
+    if paths.noise_curves_png.exists():
+        blocks += [
+            ("h", 2, "Label noise per epoch"),
+            (
+                "p",
+                "Left: the share of flipped training labels (a fixed sample) the network predicts as "
+                "taught, i.e. has memorised. Right: the share of flipped labels among the examples "
+                "each epoch trained; a curriculum that holds noisy examples back keeps it below the "
+                "noise rate, one that retires clean easy examples raises it.",
+            ),
+            ("img", paths.noise_curves_png.name, "memorisation and noisy share trained per epoch"),
+        ]
 
     blocks += [
         ("h", 2, "Learning curves"),
@@ -1198,6 +1213,40 @@ def _plot_cost_frontier(groups: list[Group], path: Path) -> None:
     axes[0].legend(loc="lower right", fontsize=8)
     fig.suptitle("Test accuracy against training cost, per variant across training lengths")
     _save(fig, path)
+
+
+NOISE_CURVES = (
+    ("noise/train_acc_flipped_noisy", "flipped training labels memorised (%)"),
+    ("noise/trained_flipped_share", "flipped share of the examples trained (%)"),
+)
+
+
+def _plot_noise_curves(groups: list[Group], histories: dict, colours: dict, path: Path) -> None:
+    """Per epoch, mean over seeds: how many flipped training labels the network has memorised,
+    and how much of what it trained on was flipped (how the curriculum holds noise back or feeds
+    it). Drawn only when some run trained on noisy labels."""
+    columns = {"epoch", *(metric for metric, _ in NOISE_CURVES)}
+    noisy = lambda r: r in histories and columns <= set(histories[r].columns)
+    curves = {g.label: [histories[r] for r in g.runs["run_id"] if noisy(r)] for g in groups}
+    curves = {label: frames for label, frames in curves.items() if frames}
+    if not curves:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    for ax, (metric, title) in zip(axes, NOISE_CURVES):
+        for label, frames in curves.items():
+            mean = pd.concat(frames).groupby("epoch")[metric].mean()
+            ax.plot(mean.index + 1, 100 * mean.values, "o-", markersize=3, color=colours[label],
+                    label=f"{label} (n={len(frames)})")  # fmt: skip
+        ax.set(xlabel="epoch", ylabel=title, title=title.replace(" (%)", "") + ", mean over seeds")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8, frameon=False)
+    fig.suptitle("Label noise: memorisation and the share of noisy labels trained, per epoch")
+    fig.tight_layout(rect=(0, 0.06 * math.ceil(len(labels) / 3) + 0.02, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _save(fig, path: Path) -> None:

@@ -3,6 +3,7 @@ noisy and clean runs apart; scorers' AUC for the flipped labels; the memorisatio
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 
@@ -178,3 +179,37 @@ def test_the_noise_preset_and_main_overrides():
     assert quick.label_noise == (0.3,) and quick.noise_kind == "asymmetric"
     with pytest.raises(DataError, match="--label-noise 1 must be"):
         resolve_preset(MainConfig(label_noise="0.2,1"))
+
+
+def test_the_report_draws_memorisation_and_noisy_share_per_epoch(tmp_path):
+    from pipeline.report import build_report
+
+    spec = '{"input_shape": [1, 28, 28], "layers": [], "name": "default", "num_classes": 10}'
+    setting = setting_of({"label_noise": "0.4", "data_digest": "d"})
+    rows, histories = [], {}
+    arms = (("static", 0.4), ("dynamic-default+tiers", 0.6), ("dynamic-default+tiers-random", 0.4))
+    for variant, share in arms:
+        for seed in (0, 1, 2):
+            run_id = f"{variant}-{seed}"
+            entry = "train_static" if variant == "static" else "train_dynamic"
+            memorised = [0.05 * e + 0.01 * seed for e in range(6)]
+            rows.append(
+                {"run_id": run_id, "run_name": run_id, "entry_point": entry, "variant": variant, "seed": seed,
+                 "final_spec": spec, "status": "FINISHED", "setting": setting, "test/acc": 0.8 + 0.01 * seed,
+                 "noise/train_acc_flipped_noisy": memorised[-1], "noise/train_acc_flipped_original": 0.6}
+            )  # fmt: skip
+            histories[run_id] = pd.DataFrame(
+                {"epoch": range(6), "val/acc": 0.5, "time/cumulative_s": range(1, 7),
+                 "noise/train_acc_flipped_noisy": memorised, "noise/trained_flipped_share": share}
+            )  # fmt: skip
+    paths = build_report(pd.DataFrame(rows), histories, {}, tmp_path)
+    assert paths.noise_curves_png.exists() and paths.noise_curves_png in paths.files()
+    md = paths.report_md.read_text()
+    assert "## Label noise per epoch" in md and "## Label noise: memorisation at the last epoch" in md
+    clean = build_report(
+        pd.DataFrame(rows).drop(columns=[c for c in rows[0] if c.startswith("noise/")]),
+        {k: v[["epoch", "val/acc", "time/cumulative_s"]] for k, v in histories.items()},
+        {},
+        tmp_path / "clean",
+    )
+    assert not clean.noise_curves_png.exists()
