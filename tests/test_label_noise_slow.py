@@ -73,6 +73,8 @@ def test_noisy_study_end_to_end(tracking, tmp_path):
     assert "vs its random-order control" in conclusion
     assert conclusion.count("vs its random-order control") == 2  # at equal epochs and at equal FLOPs
     assert "flipped training labels: memorised" in report
+    figures = {a.path for a in client.list_artifacts(evaluation, "report")}
+    assert "report/noise_curves.png" in figures
 
 
 def test_main_noise_preset_runs_through_mlflow(tracking):
