@@ -436,7 +436,7 @@ ASYMMETRIC_MAPS: dict[str, dict[str, str]] = {
 }
 
 
-def check_noise(cfg: DataConfig, name: str | None = None, classes: tuple[str, ...] | None = None) -> None:
+def check_noise(cfg: DataConfig, classes: tuple[str, ...] | None = None) -> None:
     """Refuse a noise rate outside [0, 1), an unknown kind, or asymmetric noise on a dataset whose
     classes the map does not know (with ``classes``, also the map's names against them)."""
     if not 0 <= cfg.label_noise < 1:
@@ -445,7 +445,7 @@ def check_noise(cfg: DataConfig, name: str | None = None, classes: tuple[str, ..
         raise DataError(f"--noise-kind {cfg.noise_kind!r}: use one of {', '.join(NOISE_KINDS)}")
     if cfg.noise_kind != "asymmetric" or cfg.label_noise == 0:
         return
-    name = name or _dataset_name(cfg.dataset)
+    name = _dataset_name(cfg.dataset)
     mapping = ASYMMETRIC_MAPS.get(name)
     if mapping is None:
         raise DataError(

@@ -534,7 +534,7 @@ def _ordering_answer(rows: list[dict]) -> list[str]:
             if r["n_pairs"] >= 2 and r["diff_ci_low"] > 0
             else "the ordering hurts"
             if r["n_pairs"] >= 2 and r["diff_ci_high"] < 0
-            else "no effect of the ordering that these seeds can separate from noise"
+            else "the ordering's effect is within seed-to-seed variation"
         )
         + "."
         for r in rows

@@ -333,8 +333,8 @@ def noise_report(metrics: dict[str, float], scorers: tuple[str, ...], data: Data
     lines += [
         "",
         "Per tier: the share of all flipped examples that falls in it, and the share of the tier "
-        "that is flipped (a tier curriculum keeps noise out while the easy tier trains alone when "
-        "the easy tier's share is low):",
+        "that is flipped (the lower the easy tier's, the cleaner the labels of the tiers "
+        "curriculum's easy-only epochs; the higher the hard tier's, the noisier its later ones):",
         "",
         "| tier | " + " | ".join(f"{s}: of flipped | {s}: of tier" for s in splits) + " |",
         "|---|" + "---|---|" * len(splits),
