@@ -526,19 +526,29 @@ def _ordering_rows(groups: list[Group]) -> list[dict]:
 
 
 def _ordering_answer(rows: list[dict]) -> list[str]:
-    return [
-        f"**{r['group']}** vs its random-order control {r['control']} ({_seeds(r['n_pairs'])} paired): "
-        f"test accuracy {_diff_answer(pd.Series(r))}: "
-        + (
-            "the curriculum's ordering helps"
-            if r["n_pairs"] >= 2 and r["diff_ci_low"] > 0
-            else "the ordering hurts"
-            if r["n_pairs"] >= 2 and r["diff_ci_high"] < 0
-            else "the ordering's effect is within seed-to-seed variation"
+    """One line per curriculum against its random-order control: the paired test-accuracy
+    difference with its 95% CI, and what the ordering does."""
+    lines = []
+    for r in rows:
+        diff = _fmt("acc", r["mean_diff"], True)
+        if r["n_pairs"] < 2:
+            text = f"{diff} (no interval with {_seeds(int(r['n_pairs']))})"
+            verdict = "no test possible"
+        else:
+            lo, hi = _fmt("acc", r["diff_ci_low"], True), _fmt("acc", r["diff_ci_high"], True)
+            text = f"{diff} (95% CI {lo} to {hi})"
+            verdict = (
+                "the curriculum's ordering helps"
+                if r["diff_ci_low"] > 0
+                else "the ordering hurts"
+                if r["diff_ci_high"] < 0
+                else "the ordering's effect is within seed-to-seed variation"
+            )
+        lines.append(
+            f"**{r['group']}** vs its random-order control {r['control']} ({_seeds(r['n_pairs'])} paired): "
+            f"test accuracy {text}: {verdict}."
         )
-        + "."
-        for r in rows
-    ]
+    return lines
 
 
 # --- entry ---------------------------------------------------------------------------------
