@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from pipeline.cli import opt
@@ -71,19 +72,35 @@ class DataConfig:
     # Fixed apart from the training seed, so runs with different seeds share one split.
     split_seed: int = opt(0, "seed of the train/validation split")
     subset: int = opt(0, "0 for all data; N keeps a stratified N examples of each split (smoke runs)")
+    label_noise: float = opt(
+        0.0, "share P in [0, 1) of training and validation labels replaced by a wrong one (test: never)"
+    )
+    noise_kind: str = opt(
+        "symmetric", "symmetric (any other class) or asymmetric (a confusable class, see README)"
+    )
+    # Fixed apart from the training seed, like the split: every seed trains on the same labels.
+    noise_seed: int = opt(0, "seed of which labels are flipped and to what")
 
 
 @dataclass
 class Split:
     x: torch.Tensor  # (N, C, H, W) float32, normalised
-    y: torch.Tensor  # (N,) int64
+    y: torch.Tensor  # (N,) int64, the label training sees (noisy under --label-noise)
     index: torch.Tensor  # (N,) int64, position in the source file
+    # (N,) int64, the source's label where --label-noise flipped some; None on clean data
+    y_clean: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.y)
 
+    @property
+    def flipped(self) -> torch.Tensor:
+        """(N,) bool: whether the label was flipped (all False on clean data)."""
+        return torch.zeros_like(self.y, dtype=torch.bool) if self.y_clean is None else self.y != self.y_clean
+
     def to(self, device: torch.device | str) -> Split:
-        return Split(self.x.to(device), self.y.to(device), self.index.to(device))
+        clean = None if self.y_clean is None else self.y_clean.to(device)
+        return Split(self.x.to(device), self.y.to(device), self.index.to(device), clean)
 
 
 @dataclass
@@ -94,11 +111,12 @@ class Data:
     val: Split
     test: Split | None
     source_digest: str  # the raw dataset's content
-    digest: str  # the source plus the split: what downstream steps must match
+    digest: str  # the source, the split and the label noise: what downstream steps must match
     # Per-channel statistics of the training split in [0, 1]: a logged model carries them, so
     # it takes raw uint8 images. (C,) each; empty for data made by hand in tests.
     mean: tuple[float, ...] = ()
     std: tuple[float, ...] = ()
+    noise_digest: str = ""  # the flipped labels alone; '' on clean data
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -112,6 +130,10 @@ class Data:
         if name == "test" and self.test is None:
             raise DataError("the test split was not loaded; only evaluation steps may load it")
         return {"train": self.train, "val": self.val, "test": self.test}[name]
+
+    @property
+    def noisy(self) -> bool:
+        return self.train.y_clean is not None
 
     def sizes(self) -> dict[str, int]:
         out = {"train": len(self.train), "val": len(self.val)}
@@ -387,12 +409,99 @@ def stratified_sample(y: torch.Tensor, n: int, generator: torch.Generator) -> to
     return torch.cat(chosen).sort().values
 
 
+# --- label noise -------------------------------------------------------------------------
+
+NOISE_KINDS = ("symmetric", "asymmetric")
+
+# Asymmetric noise flips a class only to the class people (and networks) confuse it with, by
+# class name, one target per class; classes not listed keep their labels, so the share of
+# flipped labels over all classes is below P. Fashion-MNIST: the upper-body garments pair up
+# (T-shirt/top <-> Shirt, Pullover <-> Coat) and so does footwear (Sandal <-> Sneaker, Ankle
+# boot -> Sneaker); its most confused pairs. MNIST and CIFAR-10: the maps of Patrini et al.
+# (CVPR 2017), the ones the noisy-label literature reuses.
+ASYMMETRIC_MAPS: dict[str, dict[str, str]] = {
+    "fashion-mnist": {
+        "T-shirt/top": "Shirt",
+        "Shirt": "T-shirt/top",
+        "Pullover": "Coat",
+        "Coat": "Pullover",
+        "Sandal": "Sneaker",
+        "Sneaker": "Sandal",
+        "Ankle boot": "Sneaker",
+    },
+    "mnist": {
+        "2 - two": "7 - seven",
+        "3 - three": "8 - eight",
+        "5 - five": "6 - six",
+        "6 - six": "5 - five",
+        "7 - seven": "1 - one",
+    },
+    "cifar10": {"truck": "automobile", "bird": "airplane", "deer": "horse", "cat": "dog", "dog": "cat"},
+}
+
+
+def check_noise(cfg: DataConfig, classes: tuple[str, ...] | None = None) -> None:
+    """Refuse a noise rate outside [0, 1), an unknown kind, or asymmetric noise on a dataset whose
+    classes the map does not know (with ``classes``, also the map's names against them)."""
+    if not 0 <= cfg.label_noise < 1:
+        raise DataError(f"--label-noise {cfg.label_noise:g} must be a share in [0, 1)")
+    if cfg.noise_kind not in NOISE_KINDS:
+        raise DataError(f"--noise-kind {cfg.noise_kind!r}: use one of {', '.join(NOISE_KINDS)}")
+    if cfg.noise_kind != "asymmetric" or cfg.label_noise == 0:
+        return
+    name = _dataset_name(cfg.dataset)
+    mapping = ASYMMETRIC_MAPS.get(name)
+    if mapping is None:
+        raise DataError(
+            f"--noise-kind asymmetric: no confusion map for dataset {name} (maps: "
+            f"{', '.join(ASYMMETRIC_MAPS)}); use --noise-kind symmetric"
+        )
+    if classes is not None and not set(mapping) | set(mapping.values()) <= set(classes):
+        raise DataError(
+            f"--noise-kind asymmetric: dataset {name}'s classes {list(classes)} are not those of its "
+            "confusion map; use --noise-kind symmetric"
+        )
+
+
+def noise_targets(cfg: DataConfig, classes: tuple[str, ...]) -> dict[int, int] | None:
+    """Asymmetric noise: class id -> the one id it flips to; None for symmetric noise."""
+    if cfg.noise_kind != "asymmetric":
+        return None
+    mapping = ASYMMETRIC_MAPS[_dataset_name(cfg.dataset)]
+    ids = {c: i for i, c in enumerate(classes)}
+    return {ids[a]: ids[b] for a, b in mapping.items()}
+
+
+def flip_labels(
+    y: torch.Tensor, rate: float, num_classes: int, targets: dict[int, int] | None, generator: torch.Generator
+) -> torch.Tensor:
+    """Noisy labels (N,): exactly round(rate * n_c) examples of each flippable class c, chosen at
+    random, get a wrong label, so every such class carries the same noise. Symmetric
+    (``targets`` None): uniform over the other classes, so ``rate`` is the share of wrong labels
+    (not rate * (K-1)/K as when the true class may be drawn). Asymmetric: ``targets[c]``."""
+    noisy = y.clone()
+    for c in range(num_classes):
+        if targets is not None and c not in targets:
+            continue
+        members = torch.nonzero(y == c).flatten()
+        n_flip = round(rate * len(members))
+        chosen = members[torch.randperm(len(members), generator=generator)[:n_flip]]
+        if targets is not None:
+            noisy[chosen] = targets[c]
+        else:
+            # Draw from the K-1 other classes: shift past c so the true class is never drawn.
+            draw = torch.randint(0, num_classes - 1, (n_flip,), generator=generator)
+            noisy[chosen] = draw + (draw >= c).long()
+    return noisy
+
+
 def _normalise(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     return (x.float().div_(255.0) - mean) / std  # (N, C, H, W)
 
 
 def make_splits(raw: RawData, cfg: DataConfig, include_test: bool) -> Data:
     """The fixed train/validation split of the source's training set, and optionally its test set."""
+    check_noise(cfg, classes=raw.classes)
     n_train = len(raw.train_y)
     if not 0 < cfg.val_size < n_train:
         raise DataError(f"--val-size {cfg.val_size} must be between 1 and {n_train - 1}")
@@ -421,8 +530,10 @@ def make_splits(raw: RawData, cfg: DataConfig, include_test: bool) -> Data:
     std = train_u8.div(255.0).std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
     del train_u8
 
-    def take(x, y, pos):
-        return Split(_normalise(x[pos], mean, std), y[pos].clone(), pos.clone())
+    def take(x, y, pos, noisy=None):
+        if noisy is None:
+            return Split(_normalise(x[pos], mean, std), y[pos].clone(), pos.clone())
+        return Split(_normalise(x[pos], mean, std), noisy, pos.clone(), y[pos].clone())
 
     digest = _digest(
         np.frombuffer(raw.digest.encode(), dtype=np.uint8),
@@ -430,17 +541,52 @@ def make_splits(raw: RawData, cfg: DataConfig, include_test: bool) -> Data:
         val_pos,
         test_pos,
     )
+    noisy_train = noisy_val = None
+    noise_digest = ""
+    if cfg.label_noise > 0:
+        # A generator of its own: the split stays what it is without noise; the test split is
+        # never touched.
+        noise_gen = torch.Generator().manual_seed(cfg.noise_seed)
+        targets = noise_targets(cfg, raw.classes)
+        k = len(raw.classes)
+        noisy_train = flip_labels(raw.train_y[train_pos], cfg.label_noise, k, targets, noise_gen)
+        noisy_val = flip_labels(raw.train_y[val_pos], cfg.label_noise, k, targets, noise_gen)
+        noise_digest = _digest(noisy_train, noisy_val)
+        # Folded into the data digest: runs with other noise never pair, reuse scores or pool.
+        digest = _digest(np.frombuffer((digest + noise_digest).encode(), dtype=np.uint8))
     return Data(
         name=_dataset_name(cfg.dataset),
         classes=list(raw.classes),
-        train=take(raw.train_x, raw.train_y, train_pos),
-        val=take(raw.train_x, raw.train_y, val_pos),
+        train=take(raw.train_x, raw.train_y, train_pos, noisy_train),
+        val=take(raw.train_x, raw.train_y, val_pos, noisy_val),
         test=take(raw.test_x, raw.test_y, test_pos) if include_test else None,
         source_digest=raw.digest,
         digest=digest,
         mean=tuple(mean.flatten().tolist()),
         std=tuple(std.flatten().tolist()),
+        noise_digest=noise_digest,
     )
+
+
+def noise_table(data: Data) -> pd.DataFrame:
+    """Every training and validation example's label as trained and as in the source, and
+    whether it was flipped: the stored mask of a noisy run (artifact ``data/label_noise.parquet``)."""
+    frames = []
+    for name in ("train", "val"):
+        split = data.split(name)
+        clean = split.y if split.y_clean is None else split.y_clean
+        frames.append(
+            pd.DataFrame(
+                {
+                    "split": name,
+                    "index": split.index.cpu().numpy(),
+                    "label": split.y.cpu().numpy(),
+                    "original_label": clean.cpu().numpy(),
+                    "flipped": split.flipped.cpu().numpy(),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
 
 
 def _check_split_sizes(raw: RawData, cfg: DataConfig, train_pos: torch.Tensor, val_pos: torch.Tensor) -> None:
@@ -482,6 +628,7 @@ REFUSE_TEST_ENV = "GCNN_REFUSE_TEST_SPLIT"
 def load_data(cfg: DataConfig, include_test: bool = False) -> Data:
     if include_test and os.environ.get(REFUSE_TEST_ENV) == "1":
         raise DataError(f"the test split is refused here ({REFUSE_TEST_ENV}=1): this step must not load it")
+    check_noise(cfg)  # before the files are read: a bad noise option needs no data to refuse
     return make_splits(load_raw(cfg.dataset, cfg.data_dir), cfg, include_test)
 
 

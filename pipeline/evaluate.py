@@ -205,6 +205,10 @@ def data_config_of(run: mlflow.entities.Run) -> DataConfig:
             val_size=int(float(params["val_size"])),
             split_seed=int(float(params["split_seed"])),
             subset=int(float(params["subset"])),
+            # Runs from before label noise existed trained on clean labels.
+            label_noise=float(params.get("label_noise", 0.0)),
+            noise_kind=params.get("noise_kind", "symmetric").strip("'"),
+            noise_seed=int(float(params.get("noise_seed", 0))),
         )
     except KeyError as err:
         raise UpstreamError(f"run {run.info.run_id} lacks the data parameter {err}") from None

@@ -21,10 +21,12 @@ import mlflow
 import pandas as pd
 import yaml
 
+from models.builder import build_model
+from models.flops import flops_per_example
 from models.growth import NAMED_SCHEDULES, final_spec, named_schedule
 from models.spec import resolve_spec
 from pipeline.cli import build_config, config_options, help_text, opt
-from pipeline.data import DataConfig, load_data
+from pipeline.data import Data, DataConfig, check_noise, load_data
 from pipeline.logged_model import register_champion
 from pipeline.plan import curriculum_pruning, growth_boundaries, name_label
 from pipeline.precision import PRECISIONS
@@ -58,8 +60,13 @@ class Preset:
     # curricula of the static control; ("none", ...) is the matched baseline
     static_curricula: tuple[tuple[str, str], ...]
     # curricula of dynamic runs given the matched baseline's training seconds of the same seed
-    # (--budget run:ID:s): the comparison at equal cost, which the Conclusion states
+    # (--budget run:ID:s): the comparison at equal wall-clock, which the Conclusion states
     equal_cost: tuple[tuple[str, str], ...] = ()
+    # label-noise rates (each its own data, scores and runs) and their kind
+    label_noise: tuple[float, ...] = (0.0,)
+    noise_kind: str = "symmetric"
+    # besides equal epochs, every run again at the static run's training FLOPs (--budget)
+    equal_flops: bool = False
 
 
 PRESETS = {
@@ -90,12 +97,27 @@ PRESETS = {
         static_curricula=(("none", "curriculum"), ("tiers", "curriculum")),
         equal_cost=(("tiers", "curriculum"),),
     ),
+    # Where curricula are said to shine (Wu et al., ICLR 2021: under 20-60% label noise the
+    # easy-to-hard curriculum beat random order by a wide margin): static, the default dynamic
+    # variant and its random-order control at 0, 20 and 40% symmetric noise, five seeds, at
+    # equal epochs and again at the static run's training FLOPs. Full data: hours on 2 cores.
+    "noise": Preset(
+        subset=0,
+        epochs=12,
+        seeds=(0, 1, 2, 3, 4),
+        schedules=("default",),
+        curricula=(("tiers", "curriculum"), ("tiers", "random")),
+        static_curricula=(("none", "curriculum"),),
+        label_noise=(0.0, 0.2, 0.4),
+        noise_kind="symmetric",
+        equal_flops=True,
+    ),
 }
 
 
 @dataclass(frozen=True)
 class MainConfig:
-    preset: str = opt("quick", "quick (minutes on a laptop) or full (the whole study)")
+    preset: str = opt("quick", "quick (minutes on a laptop), full (the whole study) or noise (label noise)")
     dataset: str = opt("fashion-mnist", "dataset of every step (see train_static --help)")
     data_dir: str = opt("", "where the dataset files are; empty: found automatically")
     seeds: str = opt("", "comma-separated seeds; empty: the preset's")
@@ -109,6 +131,8 @@ class MainConfig:
         "Model Registry name for the best model (by validation accuracy), alias champion; "
         "empty: growing-cnn-<dataset>",
     )
+    label_noise: str = opt("", "comma-separated label-noise rates in [0, 1); empty: the preset's")
+    noise_kind: str = opt("", "symmetric or asymmetric label noise; empty: the preset's")
 
 
 CONFIGS = (MainConfig,)
@@ -128,11 +152,31 @@ def resolve_preset(cfg: MainConfig) -> Preset:
         raise UpstreamError(f"--seeds {cfg.seeds!r} must be integers separated by commas") from None
     if cfg.epochs < 0 or cfg.subset < -1:
         raise UpstreamError("--epochs must be >= 0 and --subset >= -1")
-    return dataclasses.replace(
+    try:
+        rates = tuple(float(r) for r in cfg.label_noise.split(",")) if cfg.label_noise.strip() else None
+    except ValueError:
+        raise UpstreamError(f"--label-noise {cfg.label_noise!r} must be rates separated by commas") from None
+    preset = dataclasses.replace(
         preset,
         seeds=seeds,
         epochs=cfg.epochs or preset.epochs,
         subset=preset.subset if cfg.subset == -1 else cfg.subset,
+        label_noise=rates or preset.label_noise,
+        noise_kind=cfg.noise_kind or preset.noise_kind,
+    )
+    for rate in preset.label_noise:  # every level's noise is refused before any step runs
+        check_noise(noise_config(cfg, preset, rate))
+    return preset
+
+
+def noise_config(cfg: MainConfig, preset: Preset, rate: float) -> DataConfig:
+    """The data of every step at one label-noise rate."""
+    return DataConfig(
+        dataset=cfg.dataset,
+        data_dir=cfg.data_dir,
+        subset=preset.subset,
+        label_noise=rate,
+        noise_kind=preset.noise_kind,
     )
 
 
@@ -273,9 +317,8 @@ def static_curriculum(pacing: str, epochs: int) -> dict:
 
 def run(cfg: MainConfig) -> str:
     preset = resolve_preset(cfg)
-    data_cfg = DataConfig(dataset=cfg.dataset, data_dir=cfg.data_dir, subset=preset.subset)
-    data = load_data(data_cfg)  # validates the data before anything runs, and gives its digest
-    data_params = {"dataset": cfg.dataset, "data_dir": cfg.data_dir, "subset": preset.subset}
+    # Every level's data is validated before anything runs; its digest keys the steps' reuse.
+    levels = {rate: load_data(noise_config(cfg, preset, rate)) for rate in preset.label_noise}
     with tracked_run(
         ENTRY_POINT,
         flat_params(
@@ -284,84 +327,27 @@ def run(cfg: MainConfig) -> str:
                 "resolved_seeds": list(preset.seeds),
                 "resolved_epochs": preset.epochs,
                 "resolved_subset": preset.subset,
+                "resolved_label_noise": list(preset.label_noise),
+                "resolved_noise_kind": preset.noise_kind,
             },
         ),
         run_name=f"main-{cfg.preset}",
         experiment_name=cfg.experiment_name,
     ) as active:
-        step = StepRunner(cfg.env_manager, active.info.experiment_id, active.info.run_id, data.digest)
-        scores = step(
-            "score_difficulty",
-            **data_params,
-            precision=cfg.precision,
-            run_name=f"score-difficulty-{cfg.preset}",
-        )
-        start = resolve_spec("minimal", data.input_shape, data.num_classes)
-        finals = {s: final_spec(start, named_schedule(s, preset.epochs)) for s in preset.schedules}
-        training = []
-        for seed in preset.seeds:
-            common = {
+        step = StepRunner(cfg.env_manager, active.info.experiment_id, active.info.run_id, "")
+        scores, training = {}, []
+        for rate, data in levels.items():
+            step.data_digest = data.digest
+            data_params = {"dataset": cfg.dataset, "data_dir": cfg.data_dir, "subset": preset.subset}
+            if rate or preset.noise_kind != "symmetric":
+                data_params.update(label_noise=rate, noise_kind=preset.noise_kind)
+            scores[rate] = step(
+                "score_difficulty",
                 **data_params,
-                "epochs": preset.epochs,
-                "seed": seed,
-                "scores_run": scores,
-                "progress": "false",
-                "precision": cfg.precision,
-            }
-            # The matched static control: each distinct final architecture, trained from scratch.
-            # Named static-s0 when there is one; static@early-s0 etc. when schedules differ.
-            distinct: dict[str, list[str]] = {}
-            for schedule, final in finals.items():
-                distinct.setdefault(final.to_json(), []).append(schedule)
-            baseline = {}  # final spec -> this seed's static run without a curriculum
-            for final_json, schedules in distinct.items():
-                arch = "" if len(distinct) == 1 else "@" + "/".join(schedules)
-                for pacing, order in preset.static_curricula:
-                    data_plan = static_curriculum(pacing, preset.epochs)
-                    label = name_label(pacing, order, data_plan.get("prune", 0))
-                    run_id = step(
-                        "train_static",
-                        **common,
-                        spec=final_json,
-                        pacing=pacing,
-                        order=order,
-                        **data_plan,
-                        run_name=f"static{arch}{label}-s{seed}",
-                    )
-                    training.append(run_id)
-                    if pacing == "none":
-                        baseline[final_json] = run_id
-            for schedule in preset.schedules:
-                dynamic = {"schedule": schedule}
-                for pacing, order in preset.curricula:
-                    training.append(
-                        step(
-                            "train_dynamic",
-                            **common,
-                            **dynamic,
-                            pacing=pacing,
-                            order=order,
-                            prune=curriculum_pruning(pacing),
-                            run_name=f"dynamic-{schedule}"
-                            f"{name_label(pacing, order, curriculum_pruning(pacing))}-s{seed}",
-                        )
-                    )
-                for pacing, order in preset.equal_cost:
-                    twin = baseline.get(finals[schedule].to_json())
-                    if twin:
-                        label = name_label(pacing, order, curriculum_pruning(pacing))
-                        training.append(
-                            step(
-                                "train_dynamic",
-                                **common,
-                                **dynamic,
-                                pacing=pacing,
-                                order=order,
-                                prune=curriculum_pruning(pacing),
-                                budget=f"run:{twin}:s",
-                                run_name=f"dynamic-{schedule}{label}-sametime-s{seed}",
-                            )
-                        )
+                precision=cfg.precision,
+                run_name=f"score-difficulty-{cfg.preset}{noise_label(rate, preset.noise_kind)}",
+            )
+            training += train_level(step, cfg, preset, data, data_params, scores[rate])
         evaluation = step("evaluate", runs=",".join(training), run_name=f"evaluate-{cfg.preset}")
         with scratch_dir() as tmp:
             steps = pd.DataFrame(step.log)
@@ -379,7 +365,7 @@ def run(cfg: MainConfig) -> str:
             {
                 "champion": champion,
                 "evaluate_run_id": evaluation,
-                "scores_run_id": scores,
+                "scores_run_id": ",".join(scores.values()),
                 "report": f"runs:/{evaluation}/report/report.html",
                 "reused_runs": ",".join(reused)[:5000],
             }
@@ -388,6 +374,106 @@ def run(cfg: MainConfig) -> str:
         click.echo(f"main: {len(reused)} of {len(step.log)} steps reused", err=True)
         _print_conclusion(evaluation)
         return active.info.run_id
+
+
+def noise_label(rate: float, kind: str) -> str:
+    """What run names add for noisy data: '' when clean, else e.g. '-noise0.4' ('-asym0.4')."""
+    return "" if not rate else f"-{'noise' if kind == 'symmetric' else 'asym'}{rate:g}"
+
+
+def train_level(
+    step: StepRunner, cfg: MainConfig, preset: Preset, data: Data, data_params: dict, scores: str
+) -> list[str]:
+    """The training runs of one data setting (one noise level): per seed the matched static
+    control of each final architecture, then every dynamic variant, then the ``equal_cost``
+    variants given the static run's seconds; with ``equal_flops`` all of them again at the
+    static run's training FLOPs."""
+    start = resolve_spec("minimal", data.input_shape, data.num_classes)
+    finals = {s: final_spec(start, named_schedule(s, preset.epochs)) for s in preset.schedules}
+    # The static run's training FLOPs are exact (every example, every epoch), known beforehand.
+    static_cost = {
+        f.to_json(): flops_per_example(build_model(f), data.input_shape)["train"]
+        * len(data.train)
+        * preset.epochs
+        for f in finals.values()
+    }
+    lengths = [("", lambda final: "")]
+    if preset.equal_flops:
+        lengths.append(("-eqflops", lambda final: f"{static_cost[final.to_json()]:.17g}flops"))
+    # Named static-s0 when there is one final architecture; static@early-s0 etc. when they differ.
+    distinct: dict[str, list[str]] = {}
+    for schedule, final in finals.items():
+        distinct.setdefault(final.to_json(), []).append(schedule)
+    noisy = noise_label(data_params.get("label_noise", 0), preset.noise_kind)
+    runs = []
+    for seed in preset.seeds:
+        common = {
+            **data_params,
+            "epochs": preset.epochs,
+            "seed": seed,
+            "scores_run": scores,
+            "progress": "false",
+            "precision": cfg.precision,
+        }
+        for length, budget_of in lengths:
+            tail = f"{noisy}{length}-s{seed}"
+            baseline = {}  # final spec -> this seed's static run without a curriculum
+            for final_json, schedules in distinct.items():
+                final = finals[schedules[0]]
+                arch = "" if len(distinct) == 1 else "@" + "/".join(schedules)
+                for pacing, order in preset.static_curricula:
+                    data_plan = static_curriculum(pacing, preset.epochs)
+                    label = name_label(pacing, order, data_plan.get("prune", 0))
+                    run_id = step(
+                        "train_static",
+                        **common,
+                        **_budget(budget_of(final)),
+                        spec=final_json,
+                        pacing=pacing,
+                        order=order,
+                        **data_plan,
+                        run_name=f"static{arch}{label}{tail}",
+                    )
+                    runs.append(run_id)
+                    if pacing == "none":
+                        baseline[final_json] = run_id
+            for schedule in preset.schedules:
+                for pacing, order in preset.curricula:
+                    label = name_label(pacing, order, curriculum_pruning(pacing))
+                    runs.append(
+                        step(
+                            "train_dynamic",
+                            **common,
+                            **_budget(budget_of(finals[schedule])),
+                            schedule=schedule,
+                            pacing=pacing,
+                            order=order,
+                            prune=curriculum_pruning(pacing),
+                            run_name=f"dynamic-{schedule}{label}{tail}",
+                        )
+                    )
+                twin = baseline.get(finals[schedule].to_json())
+                for pacing, order in preset.equal_cost if twin and not length else ():
+                    label = name_label(pacing, order, curriculum_pruning(pacing))
+                    runs.append(
+                        step(
+                            "train_dynamic",
+                            **common,
+                            budget=f"run:{twin}:s",
+                            schedule=schedule,
+                            pacing=pacing,
+                            order=order,
+                            prune=curriculum_pruning(pacing),
+                            run_name=f"dynamic-{schedule}{label}{noisy}-sametime-s{seed}",
+                        )
+                    )
+    return runs
+
+
+def _budget(budget: str) -> dict:
+    """The budget option of a step: none at equal epochs, so those steps keep their parameters
+    (and main's reuse of them) as they were."""
+    return {"budget": budget} if budget else {}
 
 
 def _print_conclusion(evaluate_run_id: str) -> None:

@@ -55,7 +55,7 @@ TARGET_FRACTION = 0.95
 TIME_TO_TARGET = "time/to_target_s"  # computed here from history.csv, not logged by training
 
 # The parameters that must be equal for two runs to be compared or averaged: the data (its
-# digest covers dataset, subset, validation size and split seed; the others are spelled out so
+# digest covers dataset, subset, validation size, split seed and label noise; the others are spelled out so
 # that the report can say which differ), the training length, and the arithmetic. Extend here.
 COMPARABILITY_KEYS = (
     "dataset",
@@ -63,6 +63,9 @@ COMPARABILITY_KEYS = (
     "subset",
     "val_size",
     "split_seed",
+    "label_noise",
+    "noise_kind",
+    "noise_seed",
     "epochs",
     "budget",
     "budget_resolved",
@@ -93,7 +96,14 @@ METRICS: dict[str, MetricInfo] = {
     TIME_TO_TARGET: MetricInfo("time to target validation accuracy", "seconds", False),
     "train/flops_cumulative": MetricInfo("training FLOPs", "flops", False),
     "test/infer_ms_per_example": MetricInfo("inference time per example", "ms", False),
+    # Under --label-noise, at the last epoch: flipped training examples the network gets right
+    # (their original label) and those it has memorised (the wrong label it was taught).
+    "noise/train_acc_flipped_original": MetricInfo(
+        "flipped training labels: original predicted", "acc", True
+    ),
+    "noise/train_acc_flipped_noisy": MetricInfo("flipped training labels: memorised", "acc", False),
 }
+NOISE_METRICS = ("noise/train_acc_flipped_original", "noise/train_acc_flipped_noisy")
 COST_METRICS = ("time/total_s", TIME_TO_TARGET, "train/flops_cumulative", "test/infer_ms_per_example")
 
 # fmt: off
@@ -120,11 +130,13 @@ class ReportPaths:
     accuracy_vs_wallclock_png: Path
     learning_curves_png: Path
     cost_frontier_png: Path  # only when the runs span several training lengths
+    noise_curves_png: Path  # only when runs trained on noisy labels
 
     @classmethod
     def in_dir(cls, out_dir: Path) -> ReportPaths:
         names = ["comparison.csv", "paired.csv", "report.md", "report.html", "tier_accuracy.png",
-                 "accuracy_vs_wallclock.png", "learning_curves.png", "cost_frontier.png"]  # fmt: skip
+                 "accuracy_vs_wallclock.png", "learning_curves.png", "cost_frontier.png",
+                 "noise_curves.png"]  # fmt: skip
         return cls(out_dir, *(out_dir / name for name in names))
 
     def files(self) -> list[Path]:
@@ -204,14 +216,22 @@ def setting_of(params: dict[str, str]) -> str:
     """The run's ``COMPARABILITY_KEYS`` params as canonical JSON; a missing one is "".
 
     Numbers are compared as numbers (``mlflow run`` may log ``6.0`` where the CLI logs ``6``).
-    A budget that is another run's cost (``run:ID[:s][*f]``) is one setting whatever the run:
-    each seed's run names its own reference (``budget_reference``), which pairs it."""
-    values = {key: _canonical(params.get(key, "")) for key in COMPARABILITY_KEYS}
+    Clean labels read as ``CLEAN_DATA`` whatever the unused noise options were, and so does a run
+    from before label noise existed. A budget that is another run's cost (``run:ID[:s][*f]``) is
+    one setting whatever the run: each seed's run names its own reference
+    (``budget_reference``), which pairs it."""
+    given = dict(params)
+    if _canonical(given.get("label_noise", "0")) == "0":
+        given.update(CLEAN_DATA)
+    values = {key: _canonical(given.get(key, "")) for key in COMPARABILITY_KEYS}
     reference = budget_reference(params)
     if reference:
         values["budget"] = values["budget"].replace(reference, "RUN", 1)
         values["budget_resolved"] = ""
     return json.dumps(values)
+
+
+CLEAN_DATA = {"label_noise": "0", "noise_kind": "symmetric", "noise_seed": "0"}
 
 
 def budget_reference(params: dict[str, str]) -> str:
@@ -525,6 +545,72 @@ def _run_ids(g: Group, unit: str) -> str:
     return " ".join(g.runs.loc[g.runs["unit"] == unit, "run_id"])
 
 
+# The random-order control of a curriculum variant carries this in its variant name
+# (``dynamic-default+tiers-random+prune0.3`` mirrors ``dynamic-default+tiers+prune0.3``).
+RANDOM_ORDER = "-random"
+
+
+def _ordering_rows(groups: list[Group]) -> list[dict]:
+    """Each curriculum variant against its random-order control in the same setting (same
+    entry point and final architecture), paired by seed on test accuracy: how much of what the
+    curriculum does is its ordering rather than its data diet."""
+    rows = []
+    for control in groups:
+        if RANDOM_ORDER not in control.variant:
+            continue
+        twin = control.variant.replace(RANDOM_ORDER, "", 1)
+        for g in groups:
+            same = (g.setting, g.entry_point, g.spec_key) == (
+                control.setting,
+                control.entry_point,
+                control.spec_key,
+            )
+            if not same or g.variant != twin or not (g.has("test/acc") and control.has("test/acc")):
+                continue
+            both = pd.concat({"a": g.per_unit("test/acc"), "b": control.per_unit("test/acc")}, axis=1)
+            both = both.dropna()
+            both = both.loc[np.array([str(u).startswith("seed ") for u in both.index], dtype=bool)]
+            test = paired_test(both["a"], both["b"])
+            rows.append(
+                {
+                    "group": g.label,
+                    "control": control.label,
+                    "n_pairs": test["n"],
+                    "mean_diff": test["mean_diff"],
+                    "diff_ci_low": test["ci_low"],
+                    "diff_ci_high": test["ci_high"],
+                    "p_t": test["p_t"],
+                }
+            )
+    return rows
+
+
+def _ordering_answer(rows: list[dict]) -> list[str]:
+    """One line per curriculum against its random-order control: the paired test-accuracy
+    difference with its 95% CI, and what the ordering does."""
+    lines = []
+    for r in rows:
+        diff = _fmt("acc", r["mean_diff"], True)
+        if r["n_pairs"] < 2:
+            text = f"{diff} (no interval with {_seeds(int(r['n_pairs']))})"
+            verdict = "no test possible"
+        else:
+            lo, hi = _fmt("acc", r["diff_ci_low"], True), _fmt("acc", r["diff_ci_high"], True)
+            text = f"{diff} (95% CI {lo} to {hi})"
+            verdict = (
+                "the curriculum's ordering helps"
+                if r["diff_ci_low"] > 0
+                else "the ordering hurts"
+                if r["diff_ci_high"] < 0
+                else "the ordering's effect is within seed-to-seed variation"
+            )
+        lines.append(
+            f"**{r['group']}** vs its random-order control {r['control']} ({_seeds(r['n_pairs'])} paired): "
+            f"test accuracy {text}: {verdict}."
+        )
+    return lines
+
+
 # --- entry ---------------------------------------------------------------------------------
 
 
@@ -558,8 +644,9 @@ def build_report(
     _plot_accuracy_vs_wallclock(groups, histories, colours, paths.accuracy_vs_wallclock_png)
     _plot_learning_curves(groups, histories, events, colours, paths.learning_curves_png)
     _plot_cost_frontier(groups, paths.cost_frontier_png)
+    _plot_noise_curves(groups, histories, colours, paths.noise_curves_png)
 
-    blocks = _document(comp_df, groups, paths)
+    blocks = _document(comp_df, groups, paths, _ordering_rows(groups))
     paths.report_md.write_text(_to_markdown(blocks), encoding="utf-8")
     paths.report_html.write_text(_to_html(blocks, out_dir), encoding="utf-8")
     return paths
@@ -690,11 +777,11 @@ def _diff_answer(row: pd.Series) -> str:
     return f"{diff} (95% CI {lo} to {hi}): {verdict}"
 
 
-def _conclusion(comp: pd.DataFrame) -> list[str]:
+def _conclusion(comp: pd.DataFrame, ordering: Sequence[dict] = ()) -> list[str]:
     """The answer first (each variant against its static twin: cost ratios and accuracy
-    difference), then per tier which variant has the best mean and whether that is more than
-    noise."""
-    lines = _answer(comp)
+    difference; then each curriculum against its random-order control), then per tier which
+    variant has the best mean and whether that is more than noise."""
+    lines = _answer(comp) + _ordering_answer(list(ordering))
     settings = sorted(comp["setting"].fillna("").unique()) if "setting" in comp.columns else [""]
     if len(settings) > 1:
         lines.append(
@@ -771,7 +858,9 @@ def _interval(kind: str, row: pd.Series) -> str:
     return f"{text} (n={row['n']})"
 
 
-def _document(comp: pd.DataFrame, groups: list[Group], paths: ReportPaths) -> list[tuple]:
+def _document(
+    comp: pd.DataFrame, groups: list[Group], paths: ReportPaths, ordering: Sequence[dict] = ()
+) -> list[tuple]:
     """The report as blocks, rendered to both Markdown and HTML."""
 
     def cell(label: str, metric: str):
@@ -780,7 +869,7 @@ def _document(comp: pd.DataFrame, groups: list[Group], paths: ReportPaths) -> li
 
     tiers = [m for m in TIERS if (comp["metric"] == m).any()]
     blocks: list[tuple] = [("h", 1, "Growing CNN: comparison report"), ("h", 2, "Conclusion")]
-    conclusion = _conclusion(comp)
+    conclusion = _conclusion(comp, ordering)
     unfinished = [
         r for g in groups for _, r in g.runs.iterrows() if r.get("status", "FINISHED") != "FINISHED"
     ]
@@ -805,6 +894,22 @@ def _document(comp: pd.DataFrame, groups: list[Group], paths: ReportPaths) -> li
         )
     )
     blocks.append(("img", paths.tier_accuracy_png.name, "per-tier test accuracy with 95% CI"))
+    noise = [m for m in NOISE_METRICS if (comp["metric"] == m).any()]
+    if noise:
+        blocks += [
+            ("h", 2, "Label noise: memorisation at the last epoch"),
+            (
+                "p",
+                "On a fixed sample of the training examples whose label was flipped: the share the "
+                "network predicts with their original label, and the share it predicts with the wrong "
+                "label it was taught (memorised). Mean over seeds with its 95% interval.",
+            ),
+            (
+                "table",
+                ["variant", *[METRICS[m].title for m in noise]],
+                [[g.label, *[_interval("acc", cell(g.label, m)) for m in noise]] for g in groups],
+            ),
+        ]
 
     paired_rows = comp[comp["baseline"] != ""]
     blocks.append(("h", 2, "Paired differences to the matched static baseline"))
@@ -903,6 +1008,18 @@ def _document(comp: pd.DataFrame, groups: list[Group], paths: ReportPaths) -> li
                 "training wall-clock and training FLOPs. Points further up and to the left are better.",
             ),
             ("img", paths.cost_frontier_png.name, "test accuracy against training cost"),
+        ]
+    if paths.noise_curves_png.exists():
+        blocks += [
+            ("h", 2, "Label noise per epoch"),
+            (
+                "p",
+                "Left: the share of flipped training labels (a fixed sample) the network predicts as "
+                "taught, i.e. has memorised. Right: the share of flipped labels among the examples "
+                "each epoch trained; a curriculum that holds noisy examples back keeps it below the "
+                "noise rate, one that retires clean easy examples raises it.",
+            ),
+            ("img", paths.noise_curves_png.name, "memorisation and noisy share trained per epoch"),
         ]
 
     blocks += [
@@ -1204,6 +1321,40 @@ def _plot_cost_frontier(groups: list[Group], path: Path) -> None:
     axes[0].legend(loc="lower right", fontsize=8)
     fig.suptitle("Test accuracy against training cost, per variant across training lengths")
     _save(fig, path)
+
+
+NOISE_CURVES = (
+    ("noise/train_acc_flipped_noisy", "flipped training labels memorised (%)"),
+    ("noise/trained_flipped_share", "flipped share of the examples trained (%)"),
+)
+
+
+def _plot_noise_curves(groups: list[Group], histories: dict, colours: dict, path: Path) -> None:
+    """Per epoch, mean over seeds: how many flipped training labels the network has memorised,
+    and how much of what it trained on was flipped (how the curriculum holds noise back or feeds
+    it). Drawn only when some run trained on noisy labels."""
+    columns = {"epoch", *(metric for metric, _ in NOISE_CURVES)}
+    noisy = lambda r: r in histories and columns <= set(histories[r].columns)
+    curves = {g.label: [histories[r] for r in g.runs["run_id"] if noisy(r)] for g in groups}
+    curves = {label: frames for label, frames in curves.items() if frames}
+    if not curves:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    for ax, (metric, title) in zip(axes, NOISE_CURVES):
+        for label, frames in curves.items():
+            mean = pd.concat(frames).groupby("epoch")[metric].mean()
+            ax.plot(mean.index + 1, 100 * mean.values, "o-", markersize=3, color=colours[label],
+                    label=f"{label} (n={len(frames)})")  # fmt: skip
+        ax.set(xlabel="epoch", ylabel=title, title=title.replace(" (%)", "") + ", mean over seeds")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8, frameon=False)
+    fig.suptitle("Label noise: memorisation and the share of noisy labels trained, per epoch")
+    fig.tight_layout(rect=(0, 0.06 * math.ceil(len(labels) / 3) + 0.02, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _save(fig, path: Path) -> None:

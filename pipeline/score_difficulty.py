@@ -45,6 +45,7 @@ from pipeline import scoring
 from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.data import Data, DataConfig, RawData, load_data, load_raw
 from pipeline.loop import pick_device
+from pipeline.stats import roc_auc
 from pipeline.tracking import (
     GuardedCommand,
     current_run_name,
@@ -221,9 +222,13 @@ def run(data_cfg: DataConfig, score_cfg: ScoreConfig) -> str:
             "repeats": score_cfg.repeats,
         }
         log_outputs(table, meta, scored, data, raw)
+        noise = noise_metrics(scored, data) if data.noisy else {}
+        if noise:
+            mlflow.log_text(noise_report(noise, names, data), NOISE_REPORT)
         metrics = {
             **scored.metrics,
             **tier_metrics(table, score_cfg.tier_scorer),
+            **noise,
             "time/total_s": time.perf_counter() - start,
         }
         mlflow.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
@@ -293,6 +298,67 @@ def tier_metrics(table: pd.DataFrame, tier_scorer: str) -> dict[str, float]:
             if len(rows):
                 out[f"tiers/{name}_{tier_scorer}_{tier}"] = float(rows[column].mean())
     return out
+
+
+NOISE_REPORT = "scores/label_noise.md"
+NOISE_SPLITS = ("train", "val")
+
+
+def noise_metrics(scored: Scored, data: Data) -> dict[str, float]:
+    """How well each scorer finds the flipped labels, per split with noise: ``noise/auc_<scorer>_
+    <split>`` (ROC AUC of the score for flipped against clean examples; 0.5 is chance), and per
+    tier ``noise/<split>_flipped_in_<tier>`` (of the flipped examples, the share in that tier;
+    they sum to 1) and ``noise/<split>_<tier>_flipped`` (of the tier, the share that is flipped)."""
+    out = {}
+    for name in NOISE_SPLITS:
+        flipped = data.split(name).flipped.cpu()
+        if not flipped.any():
+            continue
+        for scorer, values in scored.values[name].items():
+            out[f"noise/auc_{scorer}_{name}"] = roc_auc(values.double().numpy(), flipped.numpy())
+        tiers = scored.tiers[name].cpu()
+        for tier_id, tier in enumerate(TIER_NAMES):
+            in_tier = tiers == tier_id
+            out[f"noise/{name}_flipped_in_{tier}"] = float((flipped & in_tier).sum() / flipped.sum())
+            if in_tier.any():
+                out[f"noise/{name}_{tier}_flipped"] = float(flipped[in_tier].float().mean())
+    return out
+
+
+def noise_report(metrics: dict[str, float], scorers: tuple[str, ...], data: Data) -> str:
+    """The noise metrics as a short Markdown report (artifact ``scores/label_noise.md``)."""
+    splits = [s for s in NOISE_SPLITS if f"noise/{s}_flipped_in_easy" in metrics]
+    rates = ", ".join(f"{s} {float(data.split(s).flipped.float().mean()):.1%}" for s in splits)
+    lines = [
+        "# Label noise: do the difficulty scores find the flipped labels?",
+        "",
+        f"Flipped labels: {rates} (noise digest {data.noise_digest}); the test split is clean.",
+        "",
+        "ROC AUC of each score for flipped against clean examples (0.5: chance, 1: every flipped "
+        "example scores above every clean one):",
+        "",
+        "| scorer | " + " | ".join(splits) + " |",
+        "|---|" + "---|" * len(splits),
+    ]
+    for scorer in scorers:
+        aucs = [f"{metrics[f'noise/auc_{scorer}_{s}']:.3f}" for s in splits]
+        lines.append(f"| {scorer} | " + " | ".join(aucs) + " |")
+    lines += [
+        "",
+        "Per tier: the share of all flipped examples that falls in it, and the share of the tier "
+        "that is flipped (the lower the easy tier's, the cleaner the labels of the tiers "
+        "curriculum's easy-only epochs; the higher the hard tier's, the noisier its later ones):",
+        "",
+        "| tier | " + " | ".join(f"{s}: of flipped | {s}: of tier" for s in splits) + " |",
+        "|---|" + "---|---|" * len(splits),
+    ]
+    for tier in TIER_NAMES:
+        cells = []
+        for s in splits:
+            of_tier = metrics.get(f"noise/{s}_{tier}_flipped", float("nan"))
+            cells += [f"{metrics[f'noise/{s}_flipped_in_{tier}']:.1%}", f"{of_tier:.1%}"]
+        lines.append(f"| {tier} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def tier_counts(table: pd.DataFrame, classes: list[str]) -> pd.DataFrame:
@@ -440,7 +506,7 @@ def main(**values) -> None:
     summary = " ".join(
         f"{k} {v:.3f}"
         for k, v in sorted(metrics.items())
-        if k.startswith("stability/") or k == "time/total_s"
+        if k.startswith("stability/") or k.startswith("noise/auc_") or k == "time/total_s"
     )
     click.echo(f"scores run {run_id}: {summary}")
 

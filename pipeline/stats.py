@@ -118,3 +118,19 @@ def time_to_target(
         return NAN
     reached = history_df.loc[history_df[metric] >= target, clock].dropna()
     return float(reached.min()) if len(reached) else NAN
+
+
+def roc_auc(scores: Iterable[float], positive: Iterable[bool]) -> float:
+    """Area under the ROC curve of ``scores`` for finding the ``positive`` examples: the chance
+    that a random positive scores above a random negative, ties counting half (Mann-Whitney U
+    over mid-ranks). 0.5 is chance, 1 finds every positive first; NaN without both classes."""
+    s = np.asarray(list(scores), dtype=float).ravel()
+    pos = np.asarray(list(positive), dtype=bool).ravel()
+    if s.shape != pos.shape:
+        raise ValueError(f"roc_auc needs one label per score, got {len(s)} scores and {len(pos)} labels")
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    if n_pos == 0 or n_neg == 0:
+        return NAN
+    ranks = sps.rankdata(s)  # mid-ranks: ties share their mean rank
+    u = ranks[pos].sum() - n_pos * (n_pos + 1) / 2
+    return float(u / (n_pos * n_neg))

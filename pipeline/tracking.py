@@ -28,7 +28,7 @@ import mlflow
 from mlflow.data.code_dataset_source import CodeDatasetSource
 from mlflow.data.meta_dataset import MetaDataset
 
-from pipeline.data import Data
+from pipeline.data import Data, noise_table
 
 FAILURE_TAG = "failure_reason"
 ENTRY_POINT_TAG = "entry_point"
@@ -490,6 +490,23 @@ def log_dataset(data: Data, context: str = "training") -> None:
             **{f"data_size_{k}": str(v) for k, v in data.sizes().items()},
         }
     )
+    if data.noisy:
+        log_label_noise(data)
+
+
+NOISE_ARTIFACT = "data/label_noise.parquet"
+
+
+def log_label_noise(data: Data) -> None:
+    """The stored mask of flipped labels (``data/label_noise.parquet``), its digest and the
+    share of each split that was flipped."""
+    mlflow.log_param("data_noise_digest", data.noise_digest)
+    for split in ("train", "val"):
+        mlflow.log_metric(f"noise/flipped_share_{split}", float(data.split(split).flipped.float().mean()))
+    with scratch_dir() as tmp:
+        path = tmp / Path(NOISE_ARTIFACT).name
+        noise_table(data).to_parquet(path, index=False)
+        mlflow.log_artifact(str(path), str(Path(NOISE_ARTIFACT).parent))
 
 
 def log_json(obj, artifact_file: str) -> None:

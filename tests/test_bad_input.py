@@ -176,6 +176,25 @@ CASES = [
     Case("zero learning rate in tune", "tune", (*TINY, "--lr", "0"), "--lr must be positive"),
     Case("unknown pruner", "tune", (*TINY, "--pruner", "sometimes"), "--pruner 'sometimes'"),
     Case("unknown preset", "main", ("--preset", "huge"), "--preset 'huge'"),
+    # label noise
+    Case(
+        "label noise of 1", STATIC, (*TINY, "--label-noise", "1"), "--label-noise 1 must be a share in [0, 1)"
+    ),
+    Case("negative label noise", DYNAMIC, (*TINY, "--label-noise", "-0.1"), "--label-noise -0.1 must be"),
+    Case(
+        "unknown noise kind",
+        "score_difficulty",
+        (*TINY, "--label-noise", "0.2", "--noise-kind", "pairwise"),
+        "--noise-kind 'pairwise'",
+    ),
+    Case(
+        "asymmetric noise on a dataset the map does not know",
+        STATIC,
+        ("--dataset", "folder:{two_classes}", "--label-noise", "0.2", "--noise-kind", "asymmetric"),
+        "no confusion map for dataset folder-two-classes",
+    ),
+    Case("label noise out of range in tune", "tune", (*TINY, "--label-noise", "1.5"), "--label-noise 1.5"),
+    Case("label noise out of range in main", "main", ("--label-noise", "0.2,1"), "--label-noise 1 must be"),
     # checkpoints and model files
     Case(
         "resume a run without a checkpoint",
@@ -284,6 +303,10 @@ def world(tmp_path_factory):
             _write_png(root / "bad-image" / "b" / f"{i}.png", 200 - 40 * i)
         (root / "bad-image" / "b" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
         places["one_class"], places["bad_image"] = str(root / "one-class"), str(root / "bad-image")
+        for i in range(4):
+            _write_png(root / "two-classes" / "a" / f"{i}.png", 40 * i)
+            _write_png(root / "two-classes" / "b" / f"{i}.png", 200 - 40 * i)
+        places["two_classes"] = str(root / "two-classes")
         for name in ("a", "b"):  # pixels without a bit depth: refused, not guessed
             folder = root / "float-image" / name
             folder.mkdir(parents=True)
@@ -357,5 +380,9 @@ def test_the_table_covers_what_the_issue_lists():
         "resume with another spec",
         "resume with another learning rate",
         "resume with another subset",
+        "label noise of 1",
+        "negative label noise",
+        "unknown noise kind",
+        "asymmetric noise on a dataset the map does not know",
     ):
         assert topic in names, topic
