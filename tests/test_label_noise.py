@@ -173,7 +173,7 @@ def test_runs_with_other_noise_fall_into_other_settings():
 def test_the_noise_preset_and_main_overrides():
     preset = resolve_preset(MainConfig(preset="noise"))
     assert preset.label_noise == (0.0, 0.2, 0.4) and preset.noise_kind == "symmetric"
-    assert preset.equal_cost and len(preset.seeds) >= 3
+    assert preset.equal_flops and len(preset.seeds) >= 3
     assert ("tiers", "random") in preset.curricula and ("none", "curriculum") in preset.static_curricula
     quick = resolve_preset(MainConfig(label_noise="0.3", noise_kind="asymmetric"))
     assert quick.label_noise == (0.3,) and quick.noise_kind == "asymmetric"
