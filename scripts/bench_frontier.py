@@ -98,7 +98,8 @@ def first_match(times: list[float], accs: list[float], target: float) -> float:
 
 
 def plot(frontier: dict, reference: dict, path: Path, title: str) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    """Test accuracy against wall-clock and against FLOPs, one line per arm, legend below."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), constrained_layout=True)
     colours = {
         "static": "#1f77b4",
         "dynamic": "#d62728",
@@ -110,6 +111,8 @@ def plot(frontier: dict, reference: dict, path: Path, title: str) -> None:
         (axes[1], "flops", "training FLOPs"),
     ):
         for arm, points in frontier.items():
+            if not points:
+                continue
             xs = [p[key]["mean"] for p in points]
             ys = [100 * p["test_acc"]["mean"] for p in points]
             err = [100 * (p["test_acc"]["ci_high"] - p["test_acc"]["mean"]) for p in points]
@@ -121,7 +124,8 @@ def plot(frontier: dict, reference: dict, path: Path, title: str) -> None:
         ax.set_ylabel("test accuracy (%), mean and 95% CI")
         ax.grid(alpha=0.3)
     axes[1].set_xscale("log")
-    axes[0].legend(loc="lower right", fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
     fig.suptitle(title)
     fig.savefig(path, dpi=120)
     plt.close(fig)
