@@ -1,6 +1,6 @@
 """main: the whole study in one command: score, train static and dynamic variants, evaluate.
 
-    mlflow run . --env-manager local                  # the quick preset (estimated 10-15 min on 2 cores)
+    mlflow run . --env-manager local                  # the quick preset (about 13 min on 2 cores)
     mlflow run . --env-manager local -P preset=full   # the full study
 
 Each step is its own MLflow run started through ``mlflow run`` (so ``--env-manager`` reaches
@@ -70,13 +70,14 @@ class Preset:
 
 
 PRESETS = {
-    # What the full study finds, small enough for a laptop (estimated at 10-15 minutes on 2
-    # cores from its steps' epoch costs; not yet timed whole): the full study's 12 epochs and
+    # What the full study finds, small enough for a laptop (12 min 36 s on 2 idle cores, timed
+    # whole with scripts/run): the full study's 12 epochs and
     # schedule, so growth, the curriculum's stages and pruning fall where they do there, on
     # 10,000 training examples rather than on short runs (the old preset, 4,000 examples for 6
     # epochs, squeezed growth and the curriculum into too few epochs and showed every curriculum
-    # variant 3 points below static). Static, the default dynamic variant and its random-order
-    # control, three seeds.
+    # variant 3 points below static). Static, the default dynamic variant, its random-order
+    # control and the dynamic variant given static's seconds, three seeds. Its Conclusion points
+    # the way the full-data five-seed benchmark does (README, "What we have measured").
     "quick": Preset(
         subset=10000,
         epochs=12,

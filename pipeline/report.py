@@ -408,9 +408,18 @@ def setting_labels(settings: Iterable[str]) -> dict[str, str]:
     if len(parsed) < 2:
         return dict.fromkeys(parsed, "")
     differ = [k for k in COMPARABILITY_KEYS if len({p.get(k, "") for p in parsed.values()}) > 1]
-    # The digest only when nothing readable tells the settings apart.
+    # The digest only when nothing readable tells the settings apart; the resolved budget only
+    # when the budgets as given do not (it follows from them).
     shown = [k for k in differ if k != "data_digest"] or differ
-    return {s: ", ".join(f"{k} {p.get(k, '') or '-'}" for k in shown) for s, p in parsed.items()}
+    if "budget" in shown and "budget_resolved" in shown:
+        shown.remove("budget_resolved")
+
+    def value(p: dict, key: str) -> str:
+        if key == "budget" and not p.get(key):
+            return "epochs"  # no --budget: the run trained for --epochs
+        return p.get(key, "") or "-"
+
+    return {s: ", ".join(f"{k} {value(p, k)}" for k in shown) for s, p in parsed.items()}
 
 
 def _why_unmatched(g: Group, elsewhere: list[Group]) -> str:
