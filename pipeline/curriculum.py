@@ -59,6 +59,13 @@ def check_fraction(name: str, value: float) -> float:
     return float(value)
 
 
+def check_rejoin(value: float) -> float:
+    """``--rejoin``: a fraction of training at its end, in [0, 1)."""
+    if isinstance(value, bool) or not (isinstance(value, numbers.Real) and 0 <= value < 1):
+        raise CurriculumError(f"--rejoin {value!r} must be a fraction in [0, 1) of training at its end")
+    return float(value)
+
+
 def _pacing(formula: Callable[[float, float], float]) -> Callable[[float, float, float], float]:
     """A pacing function from its formula in s = t / a: validated, exactly 1 from t = a on,
     and clipped to [b, 1] (the paper clips at N; the floor only absorbs rounding in ``log``)."""
@@ -180,9 +187,7 @@ class Curriculum:
         get_pacing(self_paced_pacing)
         self.pacing, self.order, self.seed = pacing, order, int(seed)
         self.a, self.b = check_fraction("a", a), check_fraction("b", b)
-        if isinstance(rejoin, bool) or not (isinstance(rejoin, numbers.Real) and 0 <= rejoin < 1):
-            raise CurriculumError(f"--rejoin {rejoin!r} must be a fraction in [0, 1) of training at its end")
-        self.rejoin = float(rejoin)
+        self.rejoin = check_rejoin(rejoin)
         self.self_paced_pacing = self_paced_pacing
         self.eval_batch_size = int(eval_batch_size)
         if self.eval_batch_size < 1:

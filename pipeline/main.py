@@ -21,8 +21,6 @@ import mlflow
 import pandas as pd
 import yaml
 
-from models.builder import build_model
-from models.flops import flops_per_example
 from models.growth import NAMED_SCHEDULES, final_spec, named_schedule
 from models.spec import resolve_spec
 from pipeline.cli import build_config, config_options, help_text, opt
@@ -30,6 +28,7 @@ from pipeline.data import Data, DataConfig, check_noise, load_data
 from pipeline.logged_model import register_champion
 from pipeline.plan import curriculum_pruning, growth_boundaries, name_label
 from pipeline.precision import PRECISIONS
+from pipeline.run_length import static_training_flops
 from pipeline.tracking import (
     GuardedCommand,
     Terminated,
@@ -391,13 +390,7 @@ def train_level(
     static run's training FLOPs."""
     start = resolve_spec("minimal", data.input_shape, data.num_classes)
     finals = {s: final_spec(start, named_schedule(s, preset.epochs)) for s in preset.schedules}
-    # The static run's training FLOPs are exact (every example, every epoch), known beforehand.
-    static_cost = {
-        f.to_json(): flops_per_example(build_model(f), data.input_shape)["train"]
-        * len(data.train)
-        * preset.epochs
-        for f in finals.values()
-    }
+    static_cost = {f.to_json(): static_training_flops(f, data, preset.epochs) for f in finals.values()}
     lengths = [("", lambda final: "")]
     if preset.equal_flops:
         lengths.append(("-eqflops", lambda final: f"{static_cost[final.to_json()]:.17g}flops"))

@@ -59,6 +59,11 @@ class RunLength:
         return None if self.budget.unit == "epochs" else BudgetMeter(self.budget)
 
 
+def static_training_flops(spec: ArchSpec, data: Data, epochs: int) -> float:
+    """A static run's training FLOPs, exact and known beforehand: every example, every epoch."""
+    return float(flops_per_example(build_model(spec), data.input_shape)["train"]) * len(data.train) * epochs
+
+
 def run_cost(run_id: str, unit: str) -> float:
     """The training cost of a FINISHED run in ``unit`` (flops or seconds), for ``run:`` budgets."""
     try:

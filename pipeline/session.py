@@ -26,7 +26,7 @@ from models.io import save_model
 from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
 from pipeline import plots
 from pipeline.cli import opt, option_name
-from pipeline.curriculum import Curriculum, CurriculumError
+from pipeline.curriculum import Curriculum, check_rejoin
 from pipeline.data import Data
 from pipeline.logged_model import log_classifier
 from pipeline.loop import pick_device, seed_everything
@@ -431,8 +431,7 @@ def prepare_curriculum(
 ) -> CurriculumSetup:
     """Load the scores a run needs and build its curriculum; fails before any training."""
     needs_scores = cfg.pacing != "none"
-    if not 0 <= cfg.rejoin < 1:
-        raise CurriculumError(f"--rejoin {cfg.rejoin!r} must be a fraction in [0, 1) of training at its end")
+    check_rejoin(cfg.rejoin)  # also where no Curriculum is built (--pacing none)
     ref = cfg.scores_run.strip()
     if ref == "auto":
         ref = find_scores_run(data)

@@ -55,13 +55,12 @@ import matplotlib.pyplot as plt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
 
-from models.builder import build_model
-from models.flops import flops_per_example
 from models.spec import resolve_spec
 from pipeline import evaluate, train_dynamic, train_static
 from pipeline.data import DataConfig, load_data
 from pipeline.loop import pick_device
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
+from pipeline.run_length import static_training_flops
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
 from pipeline.training import TrainConfig
@@ -176,8 +175,7 @@ def main(
     data_cfg = DataConfig(subset=subset, data_dir=data_dir)
     data = load_data(data_cfg)
     final = resolve_spec("default", data.input_shape, data.num_classes)
-    per_example = flops_per_example(build_model(final), data.input_shape)["train"]
-    static_12 = per_example * len(data.train) * REFERENCE_EPOCHS  # exact: every example, every epoch
+    static_12 = static_training_flops(final, data, REFERENCE_EPOCHS)
     shares = [float(f) for f in fractions.split(",")]
     text = dynamic_fractions or fractions
     dynamic_shares = [] if text == "none" else [float(f) for f in text.split(",")]

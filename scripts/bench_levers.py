@@ -30,12 +30,11 @@ import mlflow
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
 
-from models.builder import build_model
-from models.flops import flops_per_example
 from models.spec import resolve_spec
 from pipeline import train_dynamic, train_static
 from pipeline.data import DataConfig, load_data
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
+from pipeline.run_length import static_training_flops
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test
 from pipeline.training import TrainConfig
@@ -59,13 +58,6 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
 }
 
 
-def static_12_flops(data) -> float:
-    final = resolve_spec("default", data.input_shape, data.num_classes)
-    return (
-        flops_per_example(build_model(final), data.input_shape)["train"] * len(data.train) * REFERENCE_EPOCHS
-    )
-
-
 @click.command()
 @click.option("--levers", default="base,aug", show_default=True, help=f"of {', '.join(LEVERS)}")
 @click.option("--seeds", default=",".join(map(str, TUNING_SEEDS)), show_default=True)
@@ -85,7 +77,8 @@ def main(levers: str, seeds: str, share: float, subset: int, output: str, arms: 
     mlflow.set_experiment("bench_levers")
     data_cfg = DataConfig(subset=subset)
     data = load_data(data_cfg)
-    budget = f"{share * static_12_flops(data):.17g}flops"
+    final = resolve_spec("default", data.input_shape, data.num_classes)
+    budget = f"{share * static_training_flops(final, data, REFERENCE_EPOCHS):.17g}flops"
     scores_run, _ = scores_with_cost(data_cfg, data)
     quiet = RunConfig(progress=False)
     out = Path(output)
