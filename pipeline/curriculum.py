@@ -16,6 +16,11 @@ easy/medium/hard, both in training-position order) into the training positions o
 ``order`` gives the controls: ``curriculum`` is easy first, ``anti`` hard first and ``random``
 a fixed random permutation drawn from ``seed``. Every control takes exactly as many examples per
 epoch as the curriculum it mirrors, so only the choice of examples differs.
+
+``hold_back`` > 0 keeps the hardest such share of the training set out of every epoch (with
+any pacing but self-paced, ``none`` included): under label noise the highest-loss examples are
+mostly wrong labels (Han et al. 2018, "Co-teaching", train on small-loss examples). Each order
+holds back the end of its own order: ``anti`` the easiest, ``random`` a random share.
 """
 
 from __future__ import annotations
@@ -63,6 +68,13 @@ def check_rejoin(value: float) -> float:
     """``--rejoin``: a fraction of training at its end, in [0, 1)."""
     if isinstance(value, bool) or not (isinstance(value, numbers.Real) and 0 <= value < 1):
         raise CurriculumError(f"--rejoin {value!r} must be a fraction in [0, 1) of training at its end")
+    return float(value)
+
+
+def check_hold_back(value: float) -> float:
+    """``--hold-back``: a share of the training set, in [0, 1)."""
+    if isinstance(value, bool) or not (isinstance(value, numbers.Real) and 0 <= value < 1):
+        raise CurriculumError(f"--hold-back {value!r} must be a share in [0, 1) of the training examples")
     return float(value)
 
 
@@ -177,6 +189,7 @@ class Curriculum:
         self_paced_pacing: str = "linear",
         eval_batch_size: int = 1024,
         rejoin: float = 0.0,
+        hold_back: float = 0.0,
     ):
         if pacing not in CURRICULUM_PACINGS:
             raise CurriculumError(
@@ -188,6 +201,7 @@ class Curriculum:
         self.pacing, self.order, self.seed = pacing, order, int(seed)
         self.a, self.b = check_fraction("a", a), check_fraction("b", b)
         self.rejoin = check_rejoin(rejoin)
+        self.hold_back = check_hold_back(hold_back)
         self.self_paced_pacing = self_paced_pacing
         self.eval_batch_size = int(eval_batch_size)
         if self.eval_batch_size < 1:
@@ -209,7 +223,15 @@ class Curriculum:
             )
         if pacing in PACINGS and order != "random" and self.difficulty is None:
             raise CurriculumError(f"curriculum pacing {pacing!r} needs difficulty scores (order {order!r})")
+        if self.hold_back and pacing == "self-paced":
+            raise CurriculumError(
+                "--hold-back needs a fixed order (tiers, none or a pacing function), not self-paced"
+            )
+        if self.hold_back and self.difficulty is None:
+            # Every order's epoch sizes come from what the easy-first order keeps.
+            raise CurriculumError("--hold-back needs difficulty scores (the score step's table)")
         self.boundaries = None if boundaries is None else self._check_boundaries(boundaries)
+        self._kept: dict[str, np.ndarray] = {}  # order -> mask of the positions it does not hold back
         self._ordering: np.ndarray | None = None  # static pacings: positions, first used first
         self._used: dict[int, dict] = {}  # self-paced: what each epoch actually used
 
@@ -327,9 +349,31 @@ class Curriculum:
         self._check_epoch(epoch, epochs)
         n = self._check_size(None)
         if self.pacing == "tiers":
-            return int(self._tiers_in_use(self.stage(epoch, epochs)).sum())
+            # The easy-first order's count, so that every control takes as many examples.
+            return int((self._tiers_in_use(self.stage(epoch, epochs)) & self._kept_mask("curriculum")).sum())
+        kept = n - self.held_back_count()
         fraction = self.target_fraction(epoch, epochs)
-        return min(n, max(1, math.ceil(fraction * n - COUNT_TOLERANCE)))
+        return min(kept, max(1, math.ceil(fraction * kept - COUNT_TOLERANCE)))
+
+    def held_back_count(self) -> int:
+        """How many training examples ``hold_back`` keeps out of every epoch."""
+        return math.ceil(self.hold_back * self._check_size(None) - COUNT_TOLERANCE) if self.hold_back else 0
+
+    def _kept_mask(self, order: str) -> np.ndarray:
+        """Positions that ``order`` uses at all: all but the last ``held_back_count`` of its order
+        by difficulty alone (curriculum: the hardest; anti: the easiest; random: a random share)."""
+        if order not in self._kept:
+            n, held = self._check_size(None), self.held_back_count()
+            mask = np.ones(n, dtype=bool)
+            if held:
+                if order == "random":
+                    ranking = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed)).numpy()
+                else:
+                    sign = -1 if order == "anti" else 1
+                    ranking = np.lexsort([np.arange(n), sign * self.difficulty])
+                mask[ranking[n - held :]] = False
+            self._kept[order] = mask
+        return self._kept[order]
 
     def _rank(self, key: np.ndarray | None, tier: np.ndarray | None) -> np.ndarray:
         """Positions sorted by (tier, key, position) ascending, or by the fixed permutation for
@@ -348,7 +392,7 @@ class Curriculum:
 
     def _static_positions(self, epoch: int, epochs: int) -> np.ndarray:
         if self.pacing == "none":
-            return np.arange(self._check_size(None))
+            return np.flatnonzero(self._kept_mask(self.order))
         k = self.count(epoch, epochs)
         if k == 0:
             raise CurriculumError(
@@ -356,7 +400,8 @@ class Curriculum:
                 "move the first tier boundary to 0 or rescore"
             )
         if self._ordering is None:
-            self._ordering = self._rank(self.difficulty, self.tiers if self.pacing == "tiers" else None)
+            ordering = self._rank(self.difficulty, self.tiers if self.pacing == "tiers" else None)
+            self._ordering = ordering[self._kept_mask(self.order)[ordering]]
         if self.pacing == "tiers" and self.stage(epoch, epochs) == RETIRED_STAGE:
             # The window slides to the end of the order: the hardest k (anti: the easiest k;
             # random: another random k), so each control drops what it has seen longest.
@@ -457,6 +502,9 @@ class Curriculum:
             "self_paced_pacing": self.self_paced_pacing,
             "eval_batch_size": self.eval_batch_size,
             "size": self.n,
+            # Only when set, so checkpoints written before these options still resume.
+            **({"rejoin": self.rejoin} if self.rejoin else {}),
+            **({"hold_back": self.hold_back} if self.hold_back else {}),
         }
 
     @classmethod

@@ -58,6 +58,11 @@ class CurriculumConfig:
         "final fraction of training on every example: the easy examples the tiers curriculum "
         "retired rejoin, and pruning stops (0: never)",
     )
+    hold_back: float = opt(
+        0.0,
+        "share of the hardest training examples no epoch uses (the random order holds back as "
+        "many at random): under label noise they are mostly wrong labels; 0: none",
+    )
     prune_from: int = opt(
         0,
         "first epoch that prunes; 0: when the easy examples retire (tiers pacing), else 1; "
@@ -92,20 +97,21 @@ def curriculum_pruning(pacing: str) -> float:
     return 0.0 if pacing == "none" else DynamicCurriculumConfig().prune
 
 
-def curriculum_label(pacing: str, order: str, prune: float) -> str:
+def curriculum_label(pacing: str, order: str, prune: float, hold_back: float = 0.0) -> str:
     """The curriculum's part of a variant's name: ``+tiers``, ``+tiers-random``,
-    ``+tiers+prune0.3``, or '' for neither curriculum nor pruning."""
+    ``+tiers+prune0.3``, ``+linear+hold0.33``, or '' for neither curriculum nor pruning."""
+    held = f"+hold{hold_back:.2g}" if hold_back else ""
     pruning = f"+prune{prune:g}" if prune else ""
     if pacing == "none":
-        return pruning
-    return f"+{pacing}" + ("" if order == "curriculum" else f"-{order}") + pruning
+        return ("" if order == "curriculum" or not hold_back else f"-{order}") + held + pruning
+    return f"+{pacing}" + ("" if order == "curriculum" else f"-{order}") + held + pruning
 
 
-def name_label(pacing: str, order: str, prune: float) -> str:
+def name_label(pacing: str, order: str, prune: float, hold_back: float = 0.0) -> str:
     """``curriculum_label`` for a run's name: the pruning that goes with the pacing by default
     (``curriculum_pruning``) left out, so names stay short enough for the UI's columns
     (``dynamic-default+tiers-s0``); the variant tag keeps it."""
-    return curriculum_label(pacing, order, 0.0 if prune == curriculum_pruning(pacing) else prune)
+    return curriculum_label(pacing, order, 0.0 if prune == curriculum_pruning(pacing) else prune, hold_back)
 
 
 @dataclass(frozen=True)

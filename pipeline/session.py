@@ -26,7 +26,7 @@ from models.io import save_model
 from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
 from pipeline import plots
 from pipeline.cli import opt, option_name
-from pipeline.curriculum import Curriculum, check_rejoin
+from pipeline.curriculum import Curriculum, check_hold_back, check_rejoin
 from pipeline.data import Data
 from pipeline.logged_model import log_classifier
 from pipeline.loop import pick_device, seed_everything
@@ -401,6 +401,7 @@ class CurriculumSetup:
     pacing: str
     order: str
     pruner: LossPruner | None = None
+    hold_back: float = 0.0
 
     def tags(self) -> dict[str, str]:
         return {"scores_run_id": self.scores_run_id, "pacing": self.pacing, "order": self.order}
@@ -408,7 +409,8 @@ class CurriculumSetup:
     def label(self) -> str:
         """The curriculum's part of a run's variant name, e.g. ``+tiers``, ``+tiers-random`` or
         ``+tiers+prune0.3``."""
-        return curriculum_label(self.pacing, self.order, self.pruner.rate if self.pruner is not None else 0)
+        rate = self.pruner.rate if self.pruner is not None else 0
+        return curriculum_label(self.pacing, self.order, rate, self.hold_back)
 
 
 def find_scores_run(data: Data) -> str:
@@ -430,20 +432,23 @@ def prepare_curriculum(
     cfg: CurriculumConfig, data: Data, train_cfg: TrainConfig, events: list
 ) -> CurriculumSetup:
     """Load the scores a run needs and build its curriculum; fails before any training."""
-    needs_scores = cfg.pacing != "none"
+    needs_scores = cfg.pacing != "none" or check_hold_back(cfg.hold_back) > 0
     check_rejoin(cfg.rejoin)  # also where no Curriculum is built (--pacing none)
     ref = cfg.scores_run.strip()
     if ref == "auto":
         ref = find_scores_run(data)
         if not ref and needs_scores:
             raise UpstreamError(
-                f"--pacing {cfg.pacing} needs difficulty scores and no finished score_difficulty run "
+                f"--pacing {cfg.pacing}{f' --hold-back {cfg.hold_back:g}' if cfg.hold_back else ''} "
+                "needs difficulty scores and no finished score_difficulty run "
                 f"matches this data (digest {data.digest}): run `mlflow run . -e score_difficulty` "
                 "with the same data options first, pass --scores-run, or use --pacing none"
+                + (" without --hold-back" if cfg.hold_back else "")
             )
     elif ref in ("", "none"):
         if needs_scores:
-            raise UpstreamError(f"--pacing {cfg.pacing} needs --scores-run (a score_difficulty run)")
+            what = f"--pacing {cfg.pacing}" if cfg.pacing != "none" else f"--hold-back {cfg.hold_back:g}"
+            raise UpstreamError(f"{what} needs --scores-run (a score_difficulty run)")
         ref = ""
     table = load_scores(ref, data) if ref else None
     run_id = table.run_id if table is not None else ""
@@ -464,9 +469,10 @@ def prepare_curriculum(
         boundaries=boundaries,
         eval_batch_size=train_cfg.eval_batch_size,
         rejoin=cfg.rejoin,
+        hold_back=cfg.hold_back,
     ).validate(train_cfg.epochs)
     pruner = make_pruner(cfg, train_cfg, curriculum, len(data.train))
-    return CurriculumSetup(curriculum, val_tiers, run_id, cfg.pacing, cfg.order, pruner)
+    return CurriculumSetup(curriculum, val_tiers, run_id, cfg.pacing, cfg.order, pruner, cfg.hold_back)
 
 
 def make_pruner(

@@ -55,6 +55,18 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     "aug+rewarm": ({"augment": "flip+shift"}, {}, {}, {"growth_rewarm": 0.05}),
     "early": ({}, {}, {"schedule": "early"}, {}),
     "aug+early": ({"augment": "flip+shift"}, {}, {"schedule": "early"}, {}),
+    # Label noise (--label-noise): an easy-first linear pacing that never uses the hardest
+    # third (mostly wrong labels), its random-order control, and the same without pruning
+    # (InfoBatch leaves out low-loss examples, which under noise are the clean ones).
+    "hold": ({}, {"pacing": "linear", "hold_back": 0.33}, {}, {}),
+    "hold-random": ({}, {"pacing": "linear", "order": "random", "hold_back": 0.33}, {}, {}),
+    "hold-noprune": ({}, {"pacing": "linear", "hold_back": 0.33, "prune": 0.0}, {}, {}),
+    "hold-random-noprune": (
+        {},
+        {"pacing": "linear", "order": "random", "hold_back": 0.33, "prune": 0.0},
+        {},
+        {},
+    ),
 }
 
 
@@ -63,11 +75,14 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
 @click.option("--seeds", default=",".join(map(str, TUNING_SEEDS)), show_default=True)
 @click.option("--share", default=0.85, show_default=True, help="dynamic budget, of static-12's FLOPs")
 @click.option("--subset", default=0, show_default=True, help="0: full Fashion-MNIST")
+@click.option("--label-noise", default=0.0, show_default=True, help="symmetric label-noise rate")
 @click.option("--output", default="reports/levers/levers.jsonl", show_default=True)
 @click.option(
     "--arms", default="static,dynamic", show_default=True, help="dynamic alone: statics run elsewhere"
 )
-def main(levers: str, seeds: str, share: float, subset: int, output: str, arms: str) -> None:
+def main(
+    levers: str, seeds: str, share: float, subset: int, label_noise: float, output: str, arms: str
+) -> None:
     names = [n.strip() for n in levers.split(",")]
     unknown = [n for n in names if n not in LEVERS]
     if unknown:
@@ -75,7 +90,7 @@ def main(levers: str, seeds: str, share: float, subset: int, output: str, arms: 
     os.environ.pop("MLFLOW_RUN_ID", None)
     mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
     mlflow.set_experiment("bench_levers")
-    data_cfg = DataConfig(subset=subset)
+    data_cfg = DataConfig(subset=subset, label_noise=label_noise)
     data = load_data(data_cfg)
     final = resolve_spec("default", data.input_shape, data.num_classes)
     budget = f"{share * static_training_flops(final, data, REFERENCE_EPOCHS):.17g}flops"
@@ -93,7 +108,10 @@ def main(levers: str, seeds: str, share: float, subset: int, output: str, arms: 
             "seed": seed,
             "share": share,
             "subset": subset,
+            "label_noise": label_noise,
             "val_acc": state.history[-1]["val/acc"],
+            # under noise val/acc reads the noisy labels; this the original ones (not for choosing)
+            "val_acc_original": state.history[-1].get("noise/val_acc_original"),
             "train_s": state.cumulative_s,
             "flops": state.cumulative_train_flops,
             "epochs": state.epoch,
@@ -110,6 +128,7 @@ def main(levers: str, seeds: str, share: float, subset: int, output: str, arms: 
             r["arm"] == arm
             and r["seed"] == seed
             and r["subset"] == subset
+            and r.get("label_noise", 0.0) == label_noise
             and (
                 LEVERS[r["lever"]][0] == recipe
                 if arm == "static"
@@ -148,7 +167,7 @@ def main(levers: str, seeds: str, share: float, subset: int, output: str, arms: 
                         quiet,
                     ),
                 )
-    summarise(done, share, subset)
+    summarise([r for r in done if r.get("label_noise", 0.0) == label_noise], share, subset)
 
 
 def summarise(rows: list[dict], share: float, subset: int) -> None:

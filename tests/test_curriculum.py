@@ -188,6 +188,42 @@ def test_retired_easy_examples_rejoin_for_the_final_fraction(difficulty, tiers):
         Curriculum(difficulty, tiers, pacing="tiers", rejoin=1.0)
 
 
+@pytest.mark.parametrize("pacing", ["none", "tiers", "linear", "root"])
+def test_held_back_examples_never_train_and_every_order_takes_as_many(difficulty, tiers, pacing):
+    ranked = torch.argsort(difficulty).tolist()
+    easiest, hardest = set(ranked[:180]), set(ranked[N - 180 :])  # hold back 0.3 of 600
+    runs = {
+        order: Curriculum(difficulty, tiers, pacing=pacing, order=order, boundaries=[1, 2, 4], hold_back=0.3)
+        for order in ("curriculum", "anti", "random")
+    }
+    used = {order: set() for order in runs}
+    for epoch in range(6):
+        counts = {order: len(c.positions(epoch, 6)) for order, c in runs.items()}
+        assert len(set(counts.values())) == 1, counts  # matched controls
+        for order, c in runs.items():
+            used[order] |= set(c.positions(epoch, 6).tolist())
+    assert used["curriculum"] == set(range(N)) - hardest  # all the rest trains at some point
+    assert used["anti"] == set(range(N)) - easiest  # anti holds back the end of its order
+    assert len(used["random"]) == N - 180 and 0 < len(hardest & used["random"]) < 180
+    assert runs["curriculum"].held_back_count() == 180
+    assert runs["curriculum"].to_dict()["hold_back"] == 0.3  # checkpoints and plan.json carry it
+
+
+def test_hold_back_on_pacing_functions_paces_over_the_kept_examples(difficulty):
+    c = Curriculum(difficulty, pacing="linear", a=0.5, b=0.5, hold_back=0.5)
+    assert c.count(0, 4) == 150 and c.count(2, 4) == c.count(3, 4) == 300
+    assert float(difficulty[c.positions(3, 4)].max()) <= float(torch.sort(difficulty).values[299])
+
+
+def test_hold_back_is_refused_where_it_cannot_work(difficulty, tiers):
+    with pytest.raises(CurriculumError, match="--hold-back 1.0 must be a share in"):
+        Curriculum(difficulty, tiers, pacing="tiers", hold_back=1.0)
+    with pytest.raises(CurriculumError, match="not self-paced"):
+        Curriculum(difficulty, pacing="self-paced", hold_back=0.2)
+    with pytest.raises(CurriculumError, match="needs difficulty scores"):
+        Curriculum(tiers=tiers, pacing="tiers", hold_back=0.2)
+
+
 def test_tiers_default_boundaries_are_thirds_of_a_times_epochs(tiers):
     assert Curriculum(tiers=tiers, pacing="tiers", a=0.75).tier_boundaries(12) == [3, 6]
     assert Curriculum(tiers=tiers, pacing="tiers", a=1.0).tier_boundaries(10) == [4, 7]

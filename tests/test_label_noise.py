@@ -19,7 +19,7 @@ from pipeline.data import (
     noise_table,
 )
 from pipeline.loop import seed_everything
-from pipeline.main import MainConfig, resolve_preset
+from pipeline.main import NOISE_HOLD_BACK, Diet, MainConfig, resolve_preset
 from pipeline.report import setting_of
 from pipeline.score_difficulty import Scored, noise_metrics, noise_report
 from pipeline.stats import roc_auc
@@ -174,7 +174,12 @@ def test_the_noise_preset_and_main_overrides():
     preset = resolve_preset(MainConfig(preset="noise"))
     assert preset.label_noise == (0.0, 0.2, 0.4) and preset.noise_kind == "symmetric"
     assert preset.equal_flops and len(preset.seeds) >= 3
-    assert ("tiers", "random") in preset.curricula and ("none", "curriculum") in preset.static_curricula
+    # Each curriculum holds back the hardest third, its random-order control a random third;
+    # static runs whole (the matched baseline) and with the same hardest third held back.
+    assert {(d.pacing, d.order) for d in preset.curricula} == {("linear", "curriculum"), ("linear", "random")}
+    assert all(d.hold_back == NOISE_HOLD_BACK for d in preset.curricula)
+    assert preset.static_curricula == (Diet("none", "curriculum"), Diet("none", "curriculum", NOISE_HOLD_BACK))
+    assert not resolve_preset(MainConfig(preset="noise", equal_flops="false")).equal_flops
     quick = resolve_preset(MainConfig(label_noise="0.3", noise_kind="asymmetric"))
     assert quick.label_noise == (0.3,) and quick.noise_kind == "asymmetric"
     with pytest.raises(DataError, match="--label-noise 1 must be"):
