@@ -178,7 +178,8 @@ def test_the_noise_preset_and_main_overrides():
     # static runs whole (the matched baseline) and with the same hardest third held back.
     assert {(d.pacing, d.order) for d in preset.curricula} == {("linear", "curriculum"), ("linear", "random")}
     assert all(d.hold_back == NOISE_HOLD_BACK for d in preset.curricula)
-    assert preset.static_curricula == (Diet("none", "curriculum"), Diet("none", "curriculum", NOISE_HOLD_BACK))
+    held = Diet("none", "curriculum", NOISE_HOLD_BACK)
+    assert preset.static_curricula == (Diet("none", "curriculum"), held)
     assert not resolve_preset(MainConfig(preset="noise", equal_flops="false")).equal_flops
     quick = resolve_preset(MainConfig(label_noise="0.3", noise_kind="asymmetric"))
     assert quick.label_noise == (0.3,) and quick.noise_kind == "asymmetric"
