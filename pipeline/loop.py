@@ -25,6 +25,10 @@ from pipeline.precision import autocast
 DIVERGENCE_CHECK_EVERY = 25
 
 
+class DeviceError(ValueError):
+    """A ``--device`` this machine does not have or that is not a device name."""
+
+
 class DivergenceError(RuntimeError):
     """The loss became NaN or infinite; names the epoch and step."""
 
@@ -36,11 +40,11 @@ class DivergenceError(RuntimeError):
 def pick_device(name: str = "auto") -> torch.device:
     if name != "auto":
         if name.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"--device {name}: CUDA is not available on this machine")
+            raise DeviceError(f"--device {name}: CUDA is not available on this machine")
         if name == "mps" and not torch.backends.mps.is_available():
-            raise ValueError("--device mps: MPS is not available on this machine")
+            raise DeviceError("--device mps: MPS is not available on this machine")
         if name.split(":")[0] not in ("cpu", "cuda", "mps"):
-            raise ValueError(f"--device {name!r}: use auto, cpu, cuda, cuda:N or mps")
+            raise DeviceError(f"--device {name!r}: use auto, cpu, cuda, cuda:N or mps")
         return torch.device(name)
     if torch.cuda.is_available():
         return torch.device("cuda")

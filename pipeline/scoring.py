@@ -33,7 +33,7 @@ from scipy.stats import spearmanr
 from torch import nn
 
 from models.spec import ArchSpec
-from pipeline.data import Data, Split
+from pipeline.data import Data, DataError, Split
 from pipeline.loop import seed_everything
 from pipeline.training import TIER_NAMES, ConfigError, FitState, TrainConfig, TrainingPlan, fit, new_state
 
@@ -475,7 +475,7 @@ def fit_tiers(
     points that reproduce them on other splits."""
     scores = scores.double()
     if not bool(torch.isfinite(scores).all()):
-        raise ValueError(f"{scorer} scores contain NaN or infinite values; cannot cut tiers")
+        raise DataError(f"{scorer} scores contain NaN or infinite values; cannot cut tiers")
     tiers = torch.empty(len(scores), dtype=torch.long)
     cuts: dict[int, tuple[float, ...]] = {}
     groups = torch.unique(labels).tolist() if per_class else [-1]
@@ -505,12 +505,12 @@ def apply_tiers(scores: torch.Tensor, labels: torch.Tensor, cuts: TierCuts) -> t
     """Tiers of any split from cut points fitted on the training split."""
     scores = scores.double()
     if not bool(torch.isfinite(scores).all()):
-        raise ValueError(f"{cuts.scorer} scores contain NaN or infinite values; cannot assign tiers")
+        raise DataError(f"{cuts.scorer} scores contain NaN or infinite values; cannot assign tiers")
     tiers = torch.zeros(len(scores), dtype=torch.long)
     keys = labels.tolist() if cuts.per_class else [-1] * len(labels)
     missing = sorted(set(keys) - set(cuts.cuts))
     if missing:
-        raise ValueError(f"no tier cut points for class {missing[0]}: it is absent from the training split")
+        raise DataError(f"no tier cut points for class {missing[0]}: it is absent from the training split")
     thresholds = torch.tensor([cuts.cuts[k] for k in keys], dtype=torch.float64).reshape(len(scores), -1)
     tiers += (scores[:, None] >= thresholds).sum(1)
     return tiers

@@ -233,7 +233,7 @@ def tracked_run(
         mlflow.end_run("KILLED")
         raise
     except BaseException as err:
-        mlflow.set_tag(FAILURE_TAG, one_line(err))
+        mlflow.set_tag(FAILURE_TAG, failure_reason(err))
         mlflow.end_run("FAILED")
         raise
     else:
@@ -479,6 +479,12 @@ def one_line(err: BaseException) -> str:
     return text[:500]
 
 
+def failure_reason(err: BaseException) -> str:
+    """A failed run's ``failure_reason``: the message of bad input, and for anything else (a
+    bug) the exception's type too, so the two never read alike."""
+    return one_line(err) if isinstance(err, user_errors()) else f"{type(err).__name__}: {one_line(err)}"
+
+
 def log_dataset(data: Data, context: str = "training") -> None:
     """Record the data as a run input (filterable in the UI) and its identity as params."""
     dataset = MetaDataset(CodeDatasetSource({"dataset": data.name}), name=data.name, digest=data.digest)
@@ -524,24 +530,32 @@ def scratch_dir() -> Iterator[Path]:
 
 
 # Errors that are the user's to fix: they get one line and exit code 2, never a traceback.
+# Only the project's own types, raised where input is checked: a ValueError from anywhere else
+# is a bug and keeps its traceback (exit 1).
 def user_errors() -> tuple[type[BaseException], ...]:
+    from models.growth import GrowthError
     from models.io import ModelFileError
     from models.spec import SpecError
+    from pipeline.curriculum import CurriculumError
     from pipeline.data import DataError
-    from pipeline.loop import DivergenceError
+    from pipeline.loop import DeviceError, DivergenceError
     from pipeline.precision import PrecisionError
+    from pipeline.pruning import PruningError
     from pipeline.training import CheckpointError, ConfigError
 
     return (
         DataError,
         SpecError,
-        ConfigError,
+        GrowthError,
+        ConfigError,  # BudgetError too
+        CurriculumError,
+        PruningError,
         CheckpointError,
         ModelFileError,
         DivergenceError,
+        DeviceError,
         PrecisionError,
         UpstreamError,
-        ValueError,
     )
 
 
@@ -654,6 +668,9 @@ def main_guard(fn):
             _fail_outer_run(err, outer_run_id, "KILLED")  # interrupted before its run was open
             click.echo("interrupted: the run is marked KILLED; resume it with --resume RUN_ID", err=True)
             sys.exit(130)
+        except Exception as err:  # a bug: the run says which exception, the traceback stays
+            _fail_outer_run(err, outer_run_id)
+            raise
         finally:
             signal.signal(signal.SIGTERM, previous)
 
@@ -674,7 +691,7 @@ def _fail_outer_run(err: BaseException, run_id: str, status: str = "FAILED") -> 
     # Never another live step's run (a stray MLFLOW_RUN_ID): that run's process closes it.
     if run.info.status == "RUNNING" and not owned_elsewhere(run.data.tags):
         try:
-            client.set_tag(run_id, FAILURE_TAG, one_line(err) if status == "FAILED" else "interrupted")
+            client.set_tag(run_id, FAILURE_TAG, failure_reason(err) if status == "FAILED" else "interrupted")
             client.set_terminated(run_id, status)
         except mlflow.exceptions.MlflowException:
             pass  # a read-only store: the error line is all that can be said

@@ -47,3 +47,34 @@ def test_runs_without_owner_tags_are_not_touched(tracking):
     foreign = mlflow.MlflowClient().create_run(mlflow.get_experiment_by_name("test").experiment_id)
     assert fail_stale_runs() == []
     assert mlflow.get_run(foreign.info.run_id).info.status == "RUNNING"
+
+
+# A step whose code has a bug that raises ValueError, the type most input checks subclass.
+BUG_IN_A_STEP = """
+import click, mlflow
+from pipeline.tracking import main_guard, tracked_run
+
+@click.command()
+@main_guard
+def step():
+    with tracked_run("train_static", {"epochs": "1"}) as run:
+        print(run.info.run_id, flush=True)
+        [][0:1] = None  # replaced by each case's bug
+step()
+"""
+
+
+def test_a_bug_keeps_its_traceback_and_does_not_read_as_bad_input(tracking):
+    for bug, kind in (("int('twelve')", "ValueError"), ("{}['epochs']", "KeyError")):
+        crashed = subprocess.run(
+            [sys.executable, "-c", BUG_IN_A_STEP.replace("[][0:1] = None", bug)],
+            cwd=REPO,
+            env=subprocess_env(tracking),
+            capture_output=True,
+            text=True,
+        )
+        assert crashed.returncode == 1, crashed.stderr  # not 2, the exit status of bad input
+        assert "Traceback" in crashed.stderr and not crashed.stderr.startswith("error:")
+        run = mlflow.get_run(crashed.stdout.split()[0])
+        assert run.info.status == "FAILED"
+        assert run.data.tags[FAILURE_TAG].startswith(f"{kind}: ")
