@@ -85,6 +85,23 @@ def run_one(call) -> dict:
     }
 
 
+def reused_runs(path: str, lever: str, subset: int) -> dict[tuple, dict]:
+    """(seed, arm, fraction) -> the row of a previous frontier.json, evaluated there already."""
+    if not path:
+        return {}
+    earlier = json.loads(Path(path).read_text())
+    if earlier["lever"]["name"] != lever or earlier["subset"] != subset:
+        raise click.UsageError(
+            f"--reuse {path}: lever {earlier['lever']['name']}, subset {earlier['subset']}; "
+            f"this run has lever {lever}, subset {subset}"
+        )
+    return {(r["seed"], r["arm"], r["fraction"]): r for r in earlier["runs"]}
+
+
+def previous_accuracy(path: str) -> str:
+    return json.loads(Path(path).read_text())["accuracy"]
+
+
 def first_match(times: list[float], accs: list[float], target: float) -> float:
     """The first cost at which the piecewise-linear frontier (times ascending) reaches ``target``."""
     for i, (t, a) in enumerate(zip(times, accs)):
@@ -152,6 +169,12 @@ def plot(frontier: dict, reference: dict, path: Path, title: str) -> None:
 @click.option("--data-dir", default="", help="where the dataset files are")
 @click.option("--scores-run", default="", help="reuse this score_difficulty run")
 @click.option("--output-dir", default="reports/frontier", show_default=True)
+@click.option(
+    "--reuse",
+    default="",
+    help="a previous frontier.json (same lever, data and tracking store): its runs are taken as "
+    "they are and only the missing arms train",
+)
 def main(
     seeds: str,
     fractions: str,
@@ -162,6 +185,7 @@ def main(
     data_dir: str,
     scores_run: str,
     output_dir: str,
+    reuse: str,
 ) -> None:
     seed_list = [int(s) for s in seeds.split(",")]
     if lever not in LEVERS:
@@ -181,6 +205,7 @@ def main(
     dynamic_shares = [] if text == "none" else [float(f) for f in text.split(",")]
     if 1.0 not in shares:
         raise click.UsageError(f"--fractions {fractions}: include 1 (static-12, the reference)")
+    previous = reused_runs(reuse, lever, subset)
     warm_up(data, [resolve_spec("minimal", data.input_shape, data.num_classes), final])
     scores_run, scoring = scores_with_cost(data_cfg, data, scores_run)
     quiet = RunConfig(progress=False)
@@ -197,6 +222,11 @@ def main(
             order.insert(at, ("dynamic-same-time", 1.0))
         static_12_run = ""
         for arm, share in order:
+            if (seed, arm, share) in previous:
+                row = previous[(seed, arm, share)]
+                static_12_run = row["run_id"] if (arm, share) == ("static", 1.0) else static_12_run
+                runs.append(row)
+                continue
             budget = {"dynamic-12ep": "", "dynamic-same-time": f"run:{static_12_run}:s"}.get(
                 arm, f"{share * static_12:.17g}flops"
             )
@@ -224,10 +254,15 @@ def main(
                 static_12_run = row["run_id"]
             runs.append(row)
             print(json.dumps(row), flush=True)
-    evaluate_run = evaluate.run(evaluate.EvaluateConfig(runs=",".join(r["run_id"] for r in runs)))
+    trained = [r for r in runs if "test_acc" not in r]
+    if not trained:
+        raise click.UsageError(f"--reuse {reuse} already holds every arm asked for: nothing to train")
+    evaluate_run = evaluate.run(evaluate.EvaluateConfig(runs=",".join(r["run_id"] for r in trained)))
     client = mlflow.MlflowClient()
-    for row in runs:
+    for row in trained:
         row["test_acc"] = client.get_run(row["run_id"]).data.metrics["test/acc"]
+    if previous:
+        evaluate_run += f"; reused runs: {previous_accuracy(reuse)}"
 
     def cell(arm: str, share: float) -> list[dict]:
         return sorted(

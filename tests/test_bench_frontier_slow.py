@@ -56,3 +56,36 @@ def test_the_frontier_pairs_each_seeds_same_time_run_with_its_static_run(trackin
     assert report["b_wallclock_ratio"]["mean"] == pytest.approx(sum(ratios) / 2)
     assert report["b_dynamic_flops_share"] == "same-time"
     assert "(b) at static-12's wall-clock (dynamic at its own seconds" in result.stdout
+
+    # A second pass adds a static budget and trains only that: the rest is taken as it was.
+    more = tmp_path / "more"
+    again = subprocess.run(
+        [
+            *BENCH,
+            *args[:4],
+            "--fractions",
+            "0.5,1",
+            "--dynamic-fractions",
+            "none",
+            "--reuse",
+            str(out / "frontier.json"),
+            "--output-dir",
+            str(more),
+        ],
+        env=subprocess_env(tracking),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    grown = json.loads((more / "frontier.json").read_text())
+    before = {(r["seed"], r["arm"], r["fraction"]): r for r in runs}
+    after = {(r["seed"], r["arm"], r["fraction"]): r for r in grown["runs"]}
+    assert set(after) == set(before) | {(100, "static", 0.5), (101, "static", 0.5)}
+    assert all(after[k] == before[k] for k in before)  # reused, not retrained
+    for seed in (100, 101):
+        half = after[(seed, "static", 0.5)]
+        assert (
+            half["epochs"] == 6
+            and half["test_acc"] == client.get_run(half["run_id"]).data.metrics["test/acc"]
+        )
