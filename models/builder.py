@@ -137,6 +137,7 @@ class SpecNet(nn.Module):
                 given if given is not None else make_exit(entry, in_shapes, spec.num_classes)
             )
         self._exit_at = {entry["after"]: entry["id"] for entry in spec.exits}
+        self._exit_index = {entry["after"]: k for k, entry in enumerate(spec.exits)}
         self.exit_thresholds: tuple[float, ...] | None = None
 
     def forward(self, x: torch.Tensor, exits: bool = False) -> torch.Tensor | list[torch.Tensor]:
@@ -154,6 +155,7 @@ class SpecNet(nn.Module):
             x = module(x)
         return x
 
+    @torch.no_grad()
     def adaptive(
         self, x: torch.Tensor, thresholds: tuple[float, ...] | list[float] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -165,17 +167,20 @@ class SpecNet(nn.Module):
         thresholds = thresholds if thresholds is not None else self.exit_thresholds
         if thresholds is not None and len(thresholds) != len(self.spec.exits):
             raise ValueError(f"{len(thresholds)} threshold(s) for {len(self.spec.exits)} exit(s)")
+        if thresholds is None:
+            return self(x).float(), torch.full((x.shape[0],), len(self.spec.exits), device=x.device)
+        if x.shape[0] == 1:
+            return self._adaptive_one(x, thresholds)
         n = x.shape[0]
         logits = x.new_empty(n, self.spec.num_classes, dtype=torch.float32)
         taken = torch.full((n,), len(self.spec.exits), dtype=torch.long, device=x.device)
         running = torch.arange(n, device=x.device)  # (R,) positions of the examples still running
-        exit_index = {entry["after"]: i for i, entry in enumerate(self.spec.exits)}
         for lid, module in self.layers.items():
             x = module(x)
             if lid == HEAD_ID:
                 logits[running] = x.float()
-            elif thresholds is not None and lid in exit_index:
-                k = exit_index[lid]
+            elif lid in self._exit_index:
+                k = self._exit_index[lid]
                 out = self._run_exit(self._exit_at[lid], x).float()  # (R, num_classes)
                 leave = torch.softmax(out, dim=1).amax(1) > thresholds[k]  # (R,)
                 if not bool(leave.any()):
@@ -186,6 +191,18 @@ class SpecNet(nn.Module):
                     return logits, taken
                 x, running = x[~leave], running[~leave]
         return logits, taken
+
+    def _adaptive_one(self, x: torch.Tensor, thresholds) -> tuple[torch.Tensor, torch.Tensor]:
+        """``adaptive`` for one example, the same rule without the bookkeeping of a batch split,
+        whose few tensor operations would cost as much as an exit's path at batch 1."""
+        for lid, module in self.layers.items():
+            x = module(x)
+            k = self._exit_index.get(lid)
+            if k is not None:
+                out = self._run_exit(self._exit_at[lid], x).float()  # (1, num_classes)
+                if float(torch.softmax(out, dim=1).max()) > thresholds[k]:
+                    return out, torch.tensor([k], device=x.device)
+        return x.float(), torch.tensor([len(self.spec.exits)], device=x.device)
 
 
 def build_model(spec: ArchSpec) -> SpecNet:

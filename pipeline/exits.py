@@ -103,9 +103,9 @@ def parse_values(text: str, option: str, upper: float | None) -> tuple[float, ..
 def _broadcast(values: tuple[float, ...], n: int, option: str) -> tuple[float, ...]:
     if len(values) == 1:
         return values * n
-    if len(values) < n:
+    if len(values) != n:
         raise ExitError(f"{option}: {len(values)} value(s) for {n} exit(s); give one, or one per exit")
-    return values[:n]  # a growing run has fewer exits in its early stages
+    return values
 
 
 def with_exits(spec: ArchSpec, text: str, epochs: int, events=None) -> ArchSpec:
