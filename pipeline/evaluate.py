@@ -363,8 +363,16 @@ def run(cfg: EvaluateConfig) -> str:
                 mlflow.MlflowClient().set_tag(run_id, "evaluated_by", active.info.run_id)
                 click.echo(f"[{i + 1}/{len(run_ids)}] {run_id}: test/acc {metrics['test/acc']:.4f}", err=True)
             runs_df, histories, events = report.collect_runs(run_ids)
+            curves = {
+                r: json.loads(p.read_text()) for r in run_ids if (p := tmp / r / "exit_curve.json").is_file()
+            }
             paths = report.build_report(
-                runs_df, histories, events, tmp / "report", target_acc=cfg.target_acc or None
+                runs_df,
+                histories,
+                events,
+                tmp / "report",
+                target_acc=cfg.target_acc or None,
+                exit_curves=curves,
             )
             for path in paths.files():
                 mlflow.log_artifact(str(path), "report")
