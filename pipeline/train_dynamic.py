@@ -93,7 +93,7 @@ def run(
         final = with_exits(start, "stages", length.train_cfg.epochs, events)
     else:
         start = with_exits(start, exit_cfg.exits, length.train_cfg.epochs)
-        final = final.with_exits(start.exits)
+        final = validate_schedule(start, events, length.train_cfg.epochs)  # growth must fit the exits
     exit_cfg.thresholds_for(final)  # a wrong count fails now, not after training
     plan = ExperimentPlan(
         length.train_cfg,
