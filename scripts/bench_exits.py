@@ -160,6 +160,69 @@ def summarise(results: dict) -> dict:
     return out
 
 
+def markdown(summary_: dict) -> str:
+    """The README's tables: the targets per exits arm, the per-tier exits, deep supervision."""
+
+    def ci(stat: dict, fmt: str = "{:.2f}") -> str:
+        if not stat or stat.get("n", 0) == 0:
+            return "n/a"
+        text = fmt.format(stat["mean"])
+        if stat["n"] > 1:
+            text += f" ({fmt.format(stat['ci_low'])} to {fmt.format(stat['ci_high'])})"
+        return text
+
+    arms = [a for a in ("dynamic+exits", "static+exits") if a in summary_]
+    lines = [
+        "| mean over seeds (95% CI) | " + " | ".join(arms) + " |",
+        "|---|" + "---|" * len(arms),
+    ]
+    rows = [
+        ("seeds", lambda f: str(f["n_seeds"])),
+        ("head test acc, %", lambda f: ci(f["acc_head_pct"])),
+        ("adaptive test acc, %", lambda f: ci(f["acc_adaptive_pct"])),
+        ("accuracy lost, points", lambda f: ci(f["acc_loss_points"])),
+        ("exit 1 alone, test acc %", lambda f: ci(f["acc_exit1_pct"])),
+        ("FLOPs per example, adaptive / full", lambda f: ci(f["flops_ratio"], "{:.3f}")),
+        ("batch-1 latency, full / adaptive", lambda f: ci(f["latency_ratio_b1"])),
+        ("batch-1 ms per example, full", lambda f: ci(f["infer_ms_b1"], "{:.3f}")),
+        ("batch-1 ms per example, adaptive", lambda f: ci(f["infer_ms_b1_adaptive"], "{:.3f}")),
+        ("batched (512) latency, full / adaptive", lambda f: ci(f["latency_ratio_batched"])),
+    ]
+    for name, get in rows:
+        lines.append(f"| {name} | " + " | ".join(get(summary_[a]) for a in arms) + " |")
+    for arm in arms:
+        tiers = summary_[arm]["per_tier"]
+        if not tiers:
+            continue
+        lines += [
+            "",
+            f"{arm}, per difficulty tier of the test split:",
+            "",
+            "| tier | leave at exit 1 | head acc, % | adaptive acc, % | FLOPs, adaptive / full "
+            "| batch-1 ms, full | batch-1 ms, adaptive |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for tier, f in tiers.items():
+            lines.append(
+                f"| {tier} | {ci(f['exit1_share'], '{:.3f}')} | {ci(f['acc_head_pct'])} | "
+                f"{ci(f['acc_adaptive_pct'])} | {ci(f['flops_ratio'], '{:.3f}')} | "
+                f"{ci(f['infer_ms_b1'], '{:.3f}')} | {ci(f['infer_ms_b1_adaptive'], '{:.3f}')} |"
+            )
+    deep = {k: v for k, v in summary_.items() if k.startswith("deep_supervision")}
+    if deep:
+        lines += [
+            "",
+            "| final head's test acc, with exits − without | n | points (95% CI) | p (t) |",
+            "|---|---|---|---|",
+        ]
+        for key, test in deep.items():
+            lines.append(
+                f"| {key.removeprefix('deep_supervision ')} | {test['n']} | {test['mean_diff']:+.2f} "
+                f"({test['ci_low']:+.2f} to {test['ci_high']:+.2f}) | {test['p_t']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
 def plot_curves(results: dict, path: Path) -> None:
     """Test accuracy against mean FLOPs per example over shared thresholds, per exits arm and
     seed, with each run's calibrated point and its full network."""
@@ -253,7 +316,6 @@ def main(
     payload.update(
         {
             "what": "early exits: adaptive inference against the full network, full Fashion-MNIST test",
-            "command": " ".join(sys.argv),
             "seeds": seed_list,
             "tuning_seeds_used": reused,
             "epochs": epochs,
@@ -264,6 +326,10 @@ def main(
             "exit_config": {k: getattr(ExitConfig(), k) for k in ("exit_weights", "exit_acc_loss")},
             "runs": results,
         }
+    )
+    # every invocation that wrote this file (a resumed one only adds what was missing)
+    payload.setdefault("commands", [payload.pop("command")] if "command" in payload else []).append(
+        " ".join(sys.argv)
     )
     for seed in seed_list:
         for arm in arm_list:
@@ -291,7 +357,9 @@ def main(
     payload["loadavg_1_5_15_at_end"] = list(os.getloadavg())
     _write(out_path, payload)
     plot_curves(results, out_path.with_name("accuracy_vs_flops.png"))
-    print(json.dumps(payload["summary"], indent=2, default=float))
+    table = markdown(payload["summary"])
+    out_path.with_suffix(".md").write_text(table + "\n")
+    print(table)
     medians = [
         results[s][a]["figures"].get("test/latency_ratio_b1", float("nan"))
         for s in results
