@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.spec import HEAD_ID, ArchSpec, check_size, infer_shapes
+from models.spec import HEAD_ID, ArchSpec, check_size, exit_shapes, infer_shapes
 
 
 class ConvLayer(nn.Module):
@@ -98,11 +98,28 @@ def layer_signature(layer: dict, in_shape: tuple[int, ...]) -> tuple:
     return (tuple(sorted((layer or {}).items())), reads)
 
 
-class SpecNet(nn.Module):
-    """A network built from a spec; ``spec`` travels with it for saving and growth."""
+def make_exit(entry: dict, in_shapes: list[tuple[int, ...]], num_classes: int) -> nn.ModuleDict:
+    """An exit's classifier path: its layers by id, then ``head`` (``in_shapes`` from ``exit_shapes``)."""
+    path = nn.ModuleDict({layer["id"]: make_layer(layer, s) for layer, s in zip(entry["layers"], in_shapes)})
+    path[HEAD_ID] = make_head(in_shapes[-1], num_classes)
+    return path
 
-    def __init__(self, spec: ArchSpec, modules: dict[str, nn.Module] | None = None):
-        """Build every layer afresh, or take existing ``modules`` by id (growth reuses them)."""
+
+class SpecNet(nn.Module):
+    """A network built from a spec; ``spec`` travels with it for saving and growth.
+
+    ``exit_thresholds``: per early exit, the confidence (max softmax) above which an example
+    leaves there in ``adaptive``; set by calibration, saved with the weights (models/io.py).
+    """
+
+    def __init__(
+        self,
+        spec: ArchSpec,
+        modules: dict[str, nn.Module] | None = None,
+        exit_modules: dict[str, nn.Module] | None = None,
+    ):
+        """Build every layer afresh, or take existing ``modules`` (and ``exit_modules``) by id
+        (growth reuses them); an exit missing from ``exit_modules`` is built afresh."""
         super().__init__()
         shapes = infer_shapes(spec)
         if not modules:  # refuse before allocating: a 10^9-channel layer would take the machine
@@ -113,11 +130,79 @@ class SpecNet(nn.Module):
             lid = layer["id"]
             self.layers[lid] = modules[lid] if modules else make_layer(layer, in_shape)
         self.layers[HEAD_ID] = modules[HEAD_ID] if modules else make_head(shapes[-1], spec.num_classes)
+        self.exits = nn.ModuleDict()
+        for entry, in_shapes in zip(spec.exits, exit_shapes(spec, shapes)):
+            given = (exit_modules or {}).get(entry["id"])
+            self.exits[entry["id"]] = (
+                given if given is not None else make_exit(entry, in_shapes, spec.num_classes)
+            )
+        self._exit_at = {entry["after"]: entry["id"] for entry in spec.exits}
+        self._exit_index = {entry["after"]: k for k, entry in enumerate(spec.exits)}
+        self.exit_thresholds: tuple[float, ...] | None = None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, H, W) -> (B, num_classes)
-        for module in self.layers.values():
+    def forward(self, x: torch.Tensor, exits: bool = False) -> torch.Tensor | list[torch.Tensor]:
+        """(B, C, H, W) -> (B, num_classes); with ``exits``, every exit's logits in depth order,
+        the head's last (deep supervision trains on them all)."""
+        outputs = []
+        for lid, module in self.layers.items():
+            x = module(x)
+            if exits and lid in self._exit_at:
+                outputs.append(self._run_exit(self._exit_at[lid], x))
+        return [*outputs, x] if exits else x
+
+    def _run_exit(self, exit_id: str, x: torch.Tensor) -> torch.Tensor:
+        for module in self.exits[exit_id].values():
             x = module(x)
         return x
+
+    @torch.no_grad()
+    def adaptive(
+        self, x: torch.Tensor, thresholds: tuple[float, ...] | list[float] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Input-adaptive inference: each example stops at the first exit whose max softmax is
+        above its threshold (1.0: never leaves there, 0.0: always); only the examples still
+        running go deeper. Returns the logits (B, num_classes) and the exit each example took
+        (B,): its index among the exits, ``len(spec.exits)`` for the head. Thresholds default
+        to ``exit_thresholds``; without them every example runs to the head."""
+        thresholds = thresholds if thresholds is not None else self.exit_thresholds
+        if thresholds is not None and len(thresholds) != len(self.spec.exits):
+            raise ValueError(f"{len(thresholds)} threshold(s) for {len(self.spec.exits)} exit(s)")
+        if thresholds is None:
+            return self(x).float(), torch.full((x.shape[0],), len(self.spec.exits), device=x.device)
+        if x.shape[0] == 1:
+            return self._adaptive_one(x, thresholds)
+        n = x.shape[0]
+        logits = x.new_empty(n, self.spec.num_classes, dtype=torch.float32)
+        taken = torch.full((n,), len(self.spec.exits), dtype=torch.long, device=x.device)
+        running = torch.arange(n, device=x.device)  # (R,) positions of the examples still running
+        for lid, module in self.layers.items():
+            x = module(x)
+            if lid == HEAD_ID:
+                logits[running] = x.float()
+            elif lid in self._exit_index:
+                k = self._exit_index[lid]
+                out = self._run_exit(self._exit_at[lid], x).float()  # (R, num_classes)
+                leave = torch.softmax(out, dim=1).amax(1) > thresholds[k]  # (R,)
+                if not bool(leave.any()):
+                    continue
+                logits[running[leave]] = out[leave]
+                taken[running[leave]] = k
+                if bool(leave.all()):
+                    return logits, taken
+                x, running = x[~leave], running[~leave]
+        return logits, taken
+
+    def _adaptive_one(self, x: torch.Tensor, thresholds) -> tuple[torch.Tensor, torch.Tensor]:
+        """``adaptive`` for one example, the same rule without the bookkeeping of a batch split,
+        whose few tensor operations would cost as much as an exit's path at batch 1."""
+        for lid, module in self.layers.items():
+            x = module(x)
+            k = self._exit_index.get(lid)
+            if k is not None:
+                out = self._run_exit(self._exit_at[lid], x).float()  # (1, num_classes)
+                if float(torch.softmax(out, dim=1).max()) > thresholds[k]:
+                    return out, torch.tensor([k], device=x.device)
+        return x.float(), torch.tensor([len(self.spec.exits)], device=x.device)
 
 
 def build_model(spec: ArchSpec) -> SpecNet:

@@ -34,6 +34,7 @@ computes the same function in eval mode and the loss does not jump.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import math
@@ -47,13 +48,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.builder import SpecNet, count_parameters, layer_signature, make_head, make_layer
+from models.builder import SpecNet, count_parameters, layer_signature, make_exit, make_head, make_layer
 from models.spec import (
     HEAD_ID,
     LAYER_FIELDS,
     LAYER_TYPES,
     ArchSpec,
     SpecError,
+    exit_shapes,
     infer_shapes,
     layer_output_shape,
     normalise_layer,
@@ -552,12 +554,14 @@ def _widen(old: nn.Module, new: nn.Module, kind: str, old_in: tuple, new_in: tup
     return True
 
 
-def _assemble(spec: ArchSpec, modules: dict[str, nn.Module]) -> SpecNet:
+def _assemble(
+    spec: ArchSpec, modules: dict[str, nn.Module], exit_modules: dict[str, nn.Module] | None = None
+) -> SpecNet:
     """A SpecNet over existing modules, without building (and randomly initialising) new ones.
 
     Mirrors ``SpecNet.__init__``: a spec and a ``layers`` ModuleDict in spec order, head last.
     """
-    return SpecNet(spec, modules)
+    return SpecNet(spec, modules, exit_modules)
 
 
 def grow(model: SpecNet, event: GrowthEvent, init: str = "preserve") -> tuple[SpecNet, dict]:
@@ -616,7 +620,17 @@ def grow(model: SpecNet, event: GrowthEvent, init: str = "preserve") -> tuple[Sp
         else:
             reinitialised.append(lid)
             preserved = False
-    grown = _assemble(spec, modules)
+    # An exit whose input keeps its shape keeps its modules; one whose map changed starts afresh.
+    exit_modules = {}
+    old_exit_in = dict(zip(old_spec.exit_ids(), exit_shapes(old_spec)))
+    for entry, in_shapes in zip(spec.exits, exit_shapes(spec)):
+        if old_exit_in[entry["id"]][0] == in_shapes[0]:
+            exit_modules[entry["id"]] = model.exits[entry["id"]]
+        else:
+            fresh_exit = make_exit(entry, in_shapes, spec.num_classes)
+            exit_modules[entry["id"]] = fresh_exit.to(device=reference.device, dtype=reference.dtype)
+            reinitialised.append(f"exits.{entry['id']}")
+    grown = _assemble(spec, modules, exit_modules)
     grown.train(model.training)
     info = {
         "event": event.to_dict(),
@@ -632,6 +646,65 @@ def grow(model: SpecNet, event: GrowthEvent, init: str = "preserve") -> tuple[Sp
         "widened": widened,
     }
     return grown, info
+
+
+# --- a stage's head becomes an exit --------------------------------------------------------
+
+
+def stage_exit(spec: ArchSpec, grown: ArchSpec) -> dict | None:
+    """The exit that keeps ``spec``'s classifier when the network grows into ``grown``: it reads
+    the last layer the two share before the first insertion, and its layers are the rest of
+    ``spec`` (what computed the stage's prediction from there). None where nothing can be
+    carried: growth before the first layer, growth only after the last (the head still reads
+    the same layer), or an exit already at that point."""
+    old_ids, new_ids = spec.layer_ids(), grown.layer_ids()
+    common = 0
+    while common < min(len(old_ids), len(new_ids)) and spec.layers[common] == grown.layers[common]:
+        common += 1
+    if common == 0 or common >= len(old_ids):
+        return None
+    after = old_ids[common - 1]
+    if any(entry["after"] == after for entry in spec.exits):
+        return None
+    numbers = [int(m[1]) for eid in spec.exit_ids() if (m := re.fullmatch(r"exit(\d+)", eid))]
+    return {
+        "id": f"exit{max(numbers, default=0) + 1}",
+        "after": after,
+        "layers": [dict(layer) for layer in spec.layers[common:]],
+    }
+
+
+def _with_exit(spec: ArchSpec, entry: dict) -> ArchSpec:
+    ids = spec.layer_ids()
+    exits = sorted([*spec.exits, entry], key=lambda e: ids.index(e["after"]))
+    return spec.with_exits(exits)
+
+
+def stage_exits(start: ArchSpec, events: Sequence[GrowthEvent]) -> ArchSpec:
+    """``start`` grown by ``events`` with each stage's head kept as an exit (``carry_stage_head``
+    at every epoch that grows): the final spec of a run with ``--exits stages``."""
+    spec = start
+    for epoch in sorted({event.epoch for event in events}):
+        grown = final_spec(spec, [event for event in events if event.epoch == epoch])
+        entry = stage_exit(spec, grown)
+        spec = _with_exit(grown, entry) if entry is not None else grown
+    return spec
+
+
+def carry_stage_head(model: SpecNet, grown: ArchSpec) -> tuple[SpecNet, dict | None]:
+    """``model`` with its classifier path (the layers past the last one ``grown`` keeps in place,
+    and the head) copied into a new exit, before the network grows into ``grown``: the stage's
+    trained head becomes its exit instead of being discarded, and computes what the stage did.
+    The copies are new parameters; the head itself goes on as the final head."""
+    entry = stage_exit(model.spec, grown)
+    if entry is None:
+        return model, None
+    path = nn.ModuleDict({layer["id"]: copy.deepcopy(model.layers[layer["id"]]) for layer in entry["layers"]})
+    path[HEAD_ID] = copy.deepcopy(model.layers[HEAD_ID])
+    exit_modules = {**dict(model.exits.items()), entry["id"]: path}
+    carried = SpecNet(_with_exit(model.spec, entry), dict(model.layers.items()), exit_modules)
+    carried.train(model.training)
+    return carried, entry
 
 
 @torch.no_grad()

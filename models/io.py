@@ -17,6 +17,8 @@ from models.builder import SpecNet, build_model
 from models.spec import ArchSpec, SpecError
 
 SPEC_KEY = "arch_spec"
+# The calibrated confidence threshold of each exit (JSON list), when the spec has exits.
+THRESHOLDS_KEY = "exit_thresholds"
 # Artifact keys of a logged MLflow Model (models/served.py): the weights file, and the JSON
 # with the normalisation that makes it take raw uint8 images.
 WEIGHTS = "weights"
@@ -32,7 +34,10 @@ def save_model(model: SpecNet, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     tmp = path.with_suffix(path.suffix + ".partial")
-    save_file(tensors, str(tmp), metadata={SPEC_KEY: model.spec.to_json()})
+    metadata = {SPEC_KEY: model.spec.to_json()}
+    if model.exit_thresholds is not None:
+        metadata[THRESHOLDS_KEY] = json.dumps(list(model.exit_thresholds))
+    save_file(tensors, str(tmp), metadata=metadata)
     tmp.replace(path)  # never leave a half-written model under the final name
     return path
 
@@ -58,7 +63,26 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> SpecNet:
         raise ModelFileError(f"model file {path} has an invalid spec: {err}") from None
     check_state_matches(model, tensors, str(path))
     model.load_state_dict(tensors)
+    if THRESHOLDS_KEY in metadata:
+        try:
+            model.exit_thresholds = check_thresholds(json.loads(metadata[THRESHOLDS_KEY]), model.spec)
+        except (SpecError, json.JSONDecodeError) as err:
+            raise ModelFileError(f"model file {path} has invalid exit thresholds: {err}") from None
     return model
+
+
+def check_thresholds(values, spec: ArchSpec) -> tuple[float, ...]:
+    """One threshold in [0, 1] per exit of ``spec``; raises SpecError naming the problem."""
+    if not isinstance(values, (list, tuple)) or len(values) != len(spec.exits):
+        raise SpecError(
+            f"{values!r}: give one threshold per exit ({len(spec.exits)}: {', '.join(spec.exit_ids())})"
+        )
+    out = []
+    for value in values:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
+            raise SpecError(f"exit threshold {value!r} is outside [0, 1]")
+        out.append(float(value))
+    return tuple(out)
 
 
 def check_state_matches(model: torch.nn.Module, tensors: dict, source: str) -> None:

@@ -8,6 +8,8 @@ takes raw images as the dataset stores them:
     probs = model.predict(images)  # images: uint8 (N, C, H, W); probs: float32 (N, classes)
 
 Served with ``mlflow models serve``, it answers ``{"inputs": [...]}`` with the same numbers.
+A network with exits answers by input-adaptive inference at the thresholds saved with it: each
+image leaves at the first exit confident enough, and its probabilities are that exit's.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ class SpecNetClassifier(mlflow.pyfunc.PythonModel):
             )
         x = (x.float() / 255.0 - self.mean) / self.std  # as pipeline.data normalises
         with torch.no_grad():
-            return torch.softmax(self.model(x), dim=1).numpy()  # (N, classes)
+            logits, _ = self.model.adaptive(x)  # the full forward where there are no exits
+            return torch.softmax(logits, dim=1).numpy()  # (N, classes)
 
 
 mlflow.models.set_model(SpecNetClassifier())

@@ -7,6 +7,11 @@ first ``fc`` flattens, after which only fc, dropout and batchnorm may follow.
 
 Every parameter name of a built model is ``layers.<id>.…``, so a model grown layer by layer
 and a model built from its final spec share names and shapes.
+
+Exits (early classifiers for input-adaptive inference) are data too: each names the layer whose
+output it reads (``after``) and its own small classifier path (``layers``, then a linear head),
+``{"id": "exit1", "after": "pool1", "layers": [{"id": "pool2", "type": "pool"}, ...]}``; its
+parameters are ``exits.<exit id>.<layer id>.…``. Exits run in the order of their positions.
 """
 
 from __future__ import annotations
@@ -48,18 +53,23 @@ class ArchSpec:
     num_classes: int
     layers: tuple[dict, ...] = field(default_factory=tuple)
     name: str = "custom"
+    exits: tuple[dict, ...] = field(default_factory=tuple)  # early classifiers, in depth order
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_shape", tuple(int(v) for v in self.input_shape))
         object.__setattr__(self, "layers", tuple(normalise_layer(layer) for layer in self.layers))
+        object.__setattr__(self, "exits", tuple(normalise_exit(e) for e in self.exits))
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "name": self.name,
             "input_shape": list(self.input_shape),
             "num_classes": self.num_classes,
             "layers": [dict(layer) for layer in self.layers],
         }
+        if self.exits:  # absent rather than empty, so specs without exits read as they always did
+            out["exits"] = [{**e, "layers": [dict(lay) for lay in e["layers"]]} for e in self.exits]
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -74,13 +84,20 @@ class ArchSpec:
             num_classes=int(data["num_classes"]),
             layers=tuple(data["layers"]),
             name=str(data.get("name", "custom")),
+            exits=tuple(data.get("exits", ())),
         )
 
     def layer_ids(self) -> list[str]:
         return [layer["id"] for layer in self.layers]
 
+    def exit_ids(self) -> list[str]:
+        return [e["id"] for e in self.exits]
+
     def with_layers(self, layers: list[dict], name: str | None = None) -> ArchSpec:
-        return ArchSpec(self.input_shape, self.num_classes, tuple(layers), name or self.name)
+        return ArchSpec(self.input_shape, self.num_classes, tuple(layers), name or self.name, self.exits)
+
+    def with_exits(self, exits: list[dict] | tuple[dict, ...]) -> ArchSpec:
+        return ArchSpec(self.input_shape, self.num_classes, self.layers, self.name, tuple(exits))
 
 
 def normalise_layer(layer: dict) -> dict:
@@ -108,6 +125,30 @@ def normalise_layer(layer: dict) -> dict:
             raise SpecError(f"layer {layer_id!r}: {kind} needs {name}")
         out[name] = value
     return out
+
+
+def normalise_exit(entry: dict) -> dict:
+    """An exit with its layers normalised; ``layers`` defaults to none (a linear head alone)."""
+    if not isinstance(entry, dict):
+        raise SpecError(f"exit {entry!r} is not an object")
+    exit_id, after = entry.get("id"), entry.get("after")
+    if not isinstance(exit_id, str) or not _ID_PATTERN.fullmatch(exit_id):
+        raise SpecError(f"exit {entry!r} needs an id of letters, digits and underscores")
+    if not isinstance(after, str) or not after:
+        raise SpecError(f"exit {exit_id!r} needs 'after': the id of the layer whose output it reads")
+    unknown = set(entry) - {"id", "after", "layers"}
+    if unknown:
+        raise SpecError(
+            f"exit {exit_id!r}: unknown field(s) {', '.join(sorted(unknown))} (id, after, layers)"
+        )
+    layers = entry.get("layers", [])
+    if not isinstance(layers, (list, tuple)):
+        raise SpecError(f"exit {exit_id!r}: layers must be a list")
+    try:
+        normalised = [normalise_layer(layer) for layer in layers]
+    except SpecError as err:
+        raise SpecError(f"exit {exit_id!r}: {err}") from None
+    return {"id": exit_id, "after": after, "layers": normalised}
 
 
 def _positive_int(layer: dict, name: str) -> int:
@@ -170,7 +211,59 @@ def infer_shapes(spec: ArchSpec) -> list[tuple[int, ...]]:
         shapes.append(shape)
         shape = layer_output_shape(layer, shape)
     shapes.append(shape)
+    if spec.exits:
+        exit_shapes(spec, shapes)
     return shapes
+
+
+def exit_shapes(spec: ArchSpec, shapes: list[tuple[int, ...]] | None = None) -> list[list[tuple[int, ...]]]:
+    """Per exit, the input shape of each of its layers and of its head; validates the exits:
+    each reads the output of a layer before the last one (after the last, it would duplicate
+    the head), in depth order, and its layers fit the map it reads."""
+    shapes = shapes if shapes is not None else infer_shapes(spec)
+    ids = spec.layer_ids()
+    out, seen, previous = [], set(), -1
+    for entry in spec.exits:
+        eid, after = entry["id"], entry["after"]
+        if eid in seen or eid == HEAD_ID:
+            raise SpecError(f"exit id {eid!r} is used twice (or is the head's)")
+        seen.add(eid)
+        if after == HEAD_ID:
+            raise SpecError(
+                f"exit {eid!r}: nothing comes after the head; put it after one of {', '.join(ids)}"
+            )
+        if after not in ids:
+            raise SpecError(
+                f"exit {eid!r}: after {after!r} names no layer (layers: {', '.join(ids) or 'none'})"
+            )
+        position = ids.index(after)
+        if position == len(ids) - 1:
+            raise SpecError(
+                f"exit {eid!r}: after {after!r}, the last layer, it would read what the head reads; "
+                "put it earlier"
+            )
+        if position <= previous:
+            raise SpecError(f"exit {eid!r}: exits must be listed in depth order, one per position")
+        previous = position
+        shape, inner, inner_ids = shapes[position + 1], [], set()
+        for layer in entry["layers"]:
+            if layer["id"] in inner_ids:
+                raise SpecError(f"exit {eid!r}: layer id {layer['id']!r} is used twice")
+            inner_ids.add(layer["id"])
+            inner.append(shape)
+            try:
+                shape = layer_output_shape(layer, shape)
+            except SpecError as err:
+                raise SpecError(
+                    f"exit {eid!r} after {after!r} (a {_shape_text(shapes[position + 1])} map): {err}"
+                ) from None
+        inner.append(shape)
+        out.append(inner)
+    return out
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "x".join(str(v) for v in shape)
 
 
 def validate(spec: ArchSpec) -> ArchSpec:
@@ -205,23 +298,31 @@ def spec_size(spec: ArchSpec) -> SpecSize:
     counts: list[tuple[str, int]] = []
     activations = _numel(spec.input_shape)
     for layer, in_shape, out_shape in zip(spec.layers, shapes, shapes[1:]):
-        kind, c = layer["type"], in_shape[0]
-        if kind == "conv":
-            k = layer["kernel_size"]
-            n = c * layer["out_channels"] * k * k + layer["out_channels"]
-        elif kind == "residual":
-            n = 2 * c * c * layer["kernel_size"] ** 2 + 4 * c  # two bias-free convs, two batchnorms
-        elif kind == "fc":
-            n = _numel(in_shape) * layer["out_features"] + layer["out_features"]
-        elif kind == "batchnorm":
-            n = 2 * c
-        else:
-            n = 0
-        counts.append((layer["id"], n))
-        activations += ACTIVATIONS_PER_OUTPUT[kind] * _numel(out_shape)
+        counts.append((layer["id"], _layer_params(layer, in_shape)))
+        activations += ACTIVATIONS_PER_OUTPUT[layer["type"]] * _numel(out_shape)
     counts.append((HEAD_ID, _numel(shapes[-1]) * spec.num_classes + spec.num_classes))
     activations += spec.num_classes
+    for entry, inner in zip(spec.exits, exit_shapes(spec, shapes)):
+        for layer, in_shape, out_shape in zip(entry["layers"], inner, inner[1:]):
+            counts.append((f"{entry['id']}.{layer['id']}", _layer_params(layer, in_shape)))
+            activations += ACTIVATIONS_PER_OUTPUT[layer["type"]] * _numel(out_shape)
+        counts.append((f"{entry['id']}.{HEAD_ID}", _numel(inner[-1]) * spec.num_classes + spec.num_classes))
+        activations += spec.num_classes
     return SpecSize(sum(n for _, n in counts), activations, max(counts, key=lambda item: item[1]))
+
+
+def _layer_params(layer: dict, in_shape: tuple[int, ...]) -> int:
+    kind, c = layer["type"], in_shape[0]
+    if kind == "conv":
+        k = layer["kernel_size"]
+        return c * layer["out_channels"] * k * k + layer["out_channels"]
+    if kind == "residual":
+        return 2 * c * c * layer["kernel_size"] ** 2 + 4 * c  # two bias-free convs, two batchnorms
+    if kind == "fc":
+        return _numel(in_shape) * layer["out_features"] + layer["out_features"]
+    if kind == "batchnorm":
+        return 2 * c
+    return 0
 
 
 @dataclass(frozen=True)
@@ -359,5 +460,11 @@ def resolve_spec(text: str, input_shape: tuple[int, int, int], num_classes: int)
     for key, expected in (("input_shape", list(input_shape)), ("num_classes", num_classes)):
         if key in data and data[key] != expected:
             raise SpecError(f"{source}: {key} {data[key]} does not match the data's {expected}")
-    spec = ArchSpec(input_shape, num_classes, tuple(data["layers"]), str(data.get("name", "custom")))
+    spec = ArchSpec(
+        input_shape,
+        num_classes,
+        tuple(data["layers"]),
+        str(data.get("name", "custom")),
+        tuple(data.get("exits", ())),
+    )
     return validate(spec)

@@ -31,8 +31,9 @@ import pandas as pd
 import torch
 
 from models.builder import SpecNet
+from models.flops import flops_per_example
 from models.io import load_model
-from pipeline import report
+from pipeline import exits, plots, report
 from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.data import Data, DataConfig, Split, load_data
 from pipeline.logged_model import MODEL_ID_TAG
@@ -47,6 +48,9 @@ from pipeline.training import TIER_NAMES
 ENTRY_POINT = "evaluate"
 TRAINING_ENTRY_POINTS = ("train_static", "train_dynamic")
 TIMING_REPEATS = 3
+# Batch-1 latency is timed on this many test examples per measurement (spread over the split):
+# enough for a stable median, few enough that four measurements per tier take seconds.
+BATCH1_EXAMPLES = 1000
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,11 @@ class EvaluateConfig:
         "or auto (bf16 where this hardware runs it fast); accuracy and timings are per precision",
     )
     batch_size: int = opt(512, "inference batch size")
+    exit_threshold: str = opt(
+        "",
+        "for models with exits: confidence to leave at each exit (one value or one per exit); "
+        "empty: the thresholds calibrated on the validation split and saved with the model",
+    )
     run_name: str = opt("", "MLflow run name; empty: evaluate")
 
 
@@ -139,6 +148,64 @@ def compute_test_metrics(
     confusion_df = pd.DataFrame(confusion.numpy(), index=classes, columns=classes)
     confusion_df.index.name = "true \\ predicted"
     return metrics, per_class, confusion_df
+
+
+def _spread(x: torch.Tensor, n: int) -> torch.Tensor:
+    """Up to ``n`` examples of ``x`` taken evenly across it (the split is not sorted by class)."""
+    step = max(1, len(x) // n)
+    return x[::step][:n]
+
+
+def adaptive_test_metrics(
+    model: SpecNet, thresholds: tuple[float, ...], test: Split, tiers: torch.Tensor | None, batch_size: int
+) -> tuple[dict[str, float], dict]:
+    """Adaptive inference at ``thresholds`` on the test split, overall and per tier: the share
+    leaving at each exit, accuracy, mean FLOPs per example, and measured latency per example
+    at batch 1 (``infer_ms_b1``) and batched (``infer_ms``), with exits (``_adaptive``) and
+    without. Also the accuracy-against-FLOPs curve over shared thresholds, and the calibrated
+    point on it. Always fp32: exits compare confidences, which autocast would shift."""
+    model.exit_thresholds = thresholds
+    logits = exits.all_exit_logits(model, test.x, batch_size)  # (K+1, N, classes)
+    y = test.y.cpu()
+    flops = exits.exit_flops(model)
+    predictions, taken = exits.simulate(logits, thresholds)
+    with torch.no_grad():
+        _, adaptive_taken = model.adaptive(test.x[:batch_size])  # the real path
+    if not torch.equal(adaptive_taken.cpu(), taken[:batch_size]):
+        raise RuntimeError("adaptive inference and its simulation disagree on where examples leave")
+    metrics = exits.exit_summary(predictions, taken, y, flops, model.spec, "test/")
+    metrics["test/flops_full"] = float(flops_per_example(model, model.spec.input_shape)["forward"])
+    metrics["test/flops_ratio"] = metrics["test/flops_adaptive"] / metrics["test/flops_full"]
+    for k, eid in enumerate(model.spec.exit_ids()):
+        metrics[f"test/acc_{eid}"] = float((logits[k].argmax(1) == y).float().mean())
+    timed = {"": test.x}
+    if tiers is not None:
+        for t, name in enumerate(TIER_NAMES):
+            mask = tiers == t
+            if mask.any():
+                timed[f"_{name}"] = test.x[mask.to(test.x.device)]
+                metrics.update(
+                    exits.exit_summary(
+                        predictions[mask], taken[mask], y[mask], flops, model.spec, "test/", f"_{name}"
+                    )
+                )
+    for suffix, x in timed.items():
+        sample = _spread(x, BATCH1_EXAMPLES)
+        metrics[f"test/infer_ms_b1{suffix}"] = exits.latency_ms(model, sample, 1, adaptive=False)
+        metrics[f"test/infer_ms_b1_adaptive{suffix}"] = exits.latency_ms(model, sample, 1, adaptive=True)
+        metrics[f"test/infer_ms_adaptive{suffix}"] = exits.latency_ms(model, x, batch_size, adaptive=True)
+    metrics["test/latency_ratio_b1"] = metrics["test/infer_ms_b1"] / metrics["test/infer_ms_b1_adaptive"]
+    curve = {
+        "exits": model.spec.exit_ids(),
+        "exit_flops": flops,
+        "flops_full": metrics["test/flops_full"],
+        "acc_full": float((logits[-1].argmax(1) == y).float().mean()),
+        "thresholds": list(thresholds),
+        "acc_adaptive": metrics["test/acc_adaptive"],
+        "flops_adaptive": metrics["test/flops_adaptive"],
+        "curve": exits.curve(logits, y, flops),
+    }
+    return metrics, curve
 
 
 # --- runs --------------------------------------------------------------------------------
@@ -243,8 +310,24 @@ def evaluate_run(run_id: str, cfg: EvaluateConfig, data_cache: dict, tmp: Path) 
     )
     per_class.to_csv(dest / "per_class.csv", index=False)
     confusion.to_csv(dest / "confusion_matrix.csv")
+    names = ["per_class.csv", "confusion_matrix.csv", "test_metrics.json"]
+    if model.spec.exits:
+        thresholds = exits.eval_thresholds(cfg.exit_threshold, model, f"run {run_id}")
+        exit_metrics, curve = adaptive_test_metrics(model, thresholds, test, tiers, cfg.batch_size)
+        metrics.update(exit_metrics)
+        (dest / "exit_curve.json").write_text(json.dumps(curve, indent=2))
+        plots.exit_examples(
+            model,
+            test,
+            tiers,
+            data,
+            dest / "exit_examples.png",
+            f"{run.info.run_name}: where test examples leave",
+        )
+        names += ["exit_curve.json", "exit_examples.png"]
+        client.set_tag(run_id, "test_exit_thresholds", json.dumps(list(thresholds)))
     (dest / "test_metrics.json").write_text(json.dumps(metrics, indent=2))
-    for name in ("per_class.csv", "confusion_matrix.csv", "test_metrics.json"):
+    for name in names:
         client.log_artifact(run_id, str(dest / name), "evaluation")
     # On the run and, where the run logged an MLflow Model, linked to that model too.
     mlflow.log_metrics(
@@ -263,6 +346,7 @@ def run(cfg: EvaluateConfig) -> str:
     if cfg.batch_size < 1:
         raise UpstreamError(f"--batch-size must be positive, got {cfg.batch_size}")
     resolve_precision(cfg.precision, inference_device(cfg.device))  # before any run is opened
+    exits.parse_values(cfg.exit_threshold, "--exit-threshold", upper=1.0)
     run_ids = select_runs(cfg)
     params = flat_params(cfg)
     params["runs"] = ",".join(run_ids)  # what was evaluated; its full text in params/runs.txt
@@ -279,8 +363,16 @@ def run(cfg: EvaluateConfig) -> str:
                 mlflow.MlflowClient().set_tag(run_id, "evaluated_by", active.info.run_id)
                 click.echo(f"[{i + 1}/{len(run_ids)}] {run_id}: test/acc {metrics['test/acc']:.4f}", err=True)
             runs_df, histories, events = report.collect_runs(run_ids)
+            curves = {
+                r: json.loads(p.read_text()) for r in run_ids if (p := tmp / r / "exit_curve.json").is_file()
+            }
             paths = report.build_report(
-                runs_df, histories, events, tmp / "report", target_acc=cfg.target_acc or None
+                runs_df,
+                histories,
+                events,
+                tmp / "report",
+                target_acc=cfg.target_acc or None,
+                exit_curves=curves,
             )
             for path in paths.files():
                 mlflow.log_artifact(str(path), "report")

@@ -18,6 +18,7 @@ from torch import nn
 from tqdm import tqdm
 
 from pipeline.data import Split, augment_batch
+from pipeline.exits import deep_supervision_loss
 from pipeline.precision import autocast
 
 # How often the training loop looks for a non-finite loss. Reading the loss forces a device
@@ -130,6 +131,7 @@ def train_one_epoch(
     scaler: torch.amp.GradScaler | None = None,
     allows: Callable[[int, int, float], bool] | None = None,
     label_smoothing: float = 0.0,
+    exit_weights: tuple[float, ...] | None = None,
 ) -> EpochStats:
     """One pass over ``positions`` (indices into ``split``) in a random order.
 
@@ -141,6 +143,8 @@ def train_one_epoch(
     asked before each step with the examples trained so far, the next batch's size and the
     seconds since the epoch started, ends the epoch early when it says no (a spent budget).
     ``label_smoothing`` applies to the training loss only (and so to the losses pruning sees).
+    ``exit_weights`` (one per early exit of a model with exits): deep supervision, each
+    example's loss the head's plus the weighted exits' (what pruning then sees too).
     """
     model.train()
     device = split.x.device
@@ -170,15 +174,14 @@ def train_one_epoch(
         for group in optimizer.param_groups:
             group["lr"] = lr
         with autocast(precision, device):
-            logits = model(x)
+            outputs = model(x, exits=True) if exit_weights is not None else [model(x)]
+            logits = outputs[-1]
             # autocast computes cross-entropy in fp32 whatever the logits' dtype
-            if weights is None and per_example is None:
+            if exit_weights is None and weights is None and per_example is None:
                 loss = nn.functional.cross_entropy(logits, y, label_smoothing=label_smoothing)
                 batch_loss = loss.detach() * len(idx)
             else:
-                each = nn.functional.cross_entropy(
-                    logits, y, reduction="none", label_smoothing=label_smoothing
-                )  # (B,)
+                each = deep_supervision_loss(outputs, y, exit_weights or (), label_smoothing)  # (B,)
                 loss = (each * weights[idx]).mean() if weights is not None else each.mean()
                 batch_loss = each.detach().sum()
                 if per_example is not None:

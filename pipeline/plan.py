@@ -18,7 +18,9 @@ from models.growth import (
     GrowthError,
     GrowthEvent,
     PlateauTrigger,
+    carry_stage_head,
     events_due,
+    final_spec,
     grow,
     probe_jump,
     schedule_to_json,
@@ -169,8 +171,14 @@ class ExperimentPlan(TrainingPlan):
         growth: GrowthConfig | None = None,
         curriculum: Curriculum | None = None,
         pruner: LossPruner | None = None,
+        exit_weights: tuple[float, ...] | None = None,
+        stage_exits: bool = False,
     ):
+        """``exit_weights``: deep supervision of the model's exits (None: the head alone);
+        ``stage_exits``: before each growth, the stage's head becomes an exit."""
         self.cfg = train_cfg
+        self.exit_weights = exit_weights
+        self.stage_exits = stage_exits
         self.events = list(events or [])
         self.growth = growth or GrowthConfig()
         self.curriculum = curriculum
@@ -188,6 +196,9 @@ class ExperimentPlan(TrainingPlan):
         due = events_due(self.events, self.applied, epoch, self.plateau)
         self.plateau = False
         reports = []
+        carried = None
+        if due and self.stage_exits:
+            model, carried = carry_stage_head(model, final_spec(model.spec, due))
         for event in due:
             start = time.perf_counter()
             input_shape = model.spec.input_shape
@@ -217,6 +228,8 @@ class ExperimentPlan(TrainingPlan):
         # Plots and reports place events at the epoch they happened before.
         for report in reports:
             report["epoch"] = epoch
+        if reports and carried is not None:
+            reports[0]["exit_added"] = carried
         return model, optimizer, reports
 
     def positions(self, epoch: int, model: SpecNet, data: Data) -> torch.Tensor:
@@ -279,6 +292,8 @@ class ExperimentPlan(TrainingPlan):
             "schedule": schedule_to_json(self.events) if self.events else None,
             "curriculum": self.curriculum.to_dict() if self.curriculum else {"pacing": "none"},
             "pruning": self.pruner.to_dict() if self.pruner else None,
+            "exit_weights": list(self.exit_weights) if self.exit_weights is not None else None,
+            "stage_exits": self.stage_exits,
             "curriculum_schedule": self.curriculum.schedule_table(self.cfg.epochs)
             if self.curriculum
             else None,

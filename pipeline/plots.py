@@ -184,3 +184,59 @@ def architecture_evolution(trace: dict, path: Path, title: str = "") -> Path:
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+EXAMPLES_PER_CELL = 5
+
+
+def exit_examples(model, test, tiers, data, path: Path, title: str = "") -> Path:
+    """Which test examples leave where: per difficulty tier (rows) and exit (columns), the share
+    of the tier that leaves there and a few of those examples with their predicted class
+    (red: wrong). ``model`` carries its thresholds; ``test`` is on the model's device."""
+    import torch
+
+    with torch.no_grad():
+        logits, taken = model.adaptive(test.x)
+    taken, predicted, y = taken.cpu(), logits.argmax(1).cpu(), test.y.cpu()
+    names = [*model.spec.exit_ids(), "head"]
+    rows = [("all", torch.ones(len(y), dtype=torch.bool))]
+    if tiers is not None:
+        rows = [(name, tiers.cpu() == t) for t, name in enumerate(TIER_COLOURS)]
+    images = test.x.cpu().float()[:, 0]  # (N, H, W), first channel
+    fig, axes = plt.subplots(
+        len(rows),
+        len(names),
+        figsize=(2.6 * len(names) * EXAMPLES_PER_CELL / 3, 2.1 * len(rows)),
+        squeeze=False,
+    )
+    for r, (tier, mask) in enumerate(rows):
+        for c, name in enumerate(names):
+            ax = axes[r][c]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            leaving = torch.nonzero(mask & (taken == c)).flatten()
+            share = len(leaving) / max(1, int(mask.sum()))
+            whole = "the tier" if tiers is not None else "the split"
+            ax.set_title(f"{tier} → {name}: {100 * share:.0f}% of {whole}", fontsize=9)
+            if c == 0:
+                ax.set_ylabel(f"{tier} tier", fontsize=10)
+            picks = leaving[:EXAMPLES_PER_CELL]
+            if len(picks) == 0:
+                ax.text(
+                    0.5, 0.5, "none leave here", ha="center", va="center", fontsize=9, transform=ax.transAxes
+                )
+                continue
+            strip = torch.cat([images[i] for i in picks], dim=1)  # (H, k * W)
+            ax.imshow(strip.numpy(), cmap="gray_r", aspect="equal")
+            width = images.shape[2]
+            for j, i in enumerate(picks):
+                wrong = bool(predicted[i] != y[i])
+                ax.text(
+                    (j + 0.5) * width, images.shape[1] + 1, data.classes[int(predicted[i])][:9],
+                    ha="center", va="top", fontsize=6.5, color="tab:red" if wrong else "0.2",
+                )  # fmt: skip
+    fig.suptitle(title or "Where test examples leave", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

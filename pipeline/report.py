@@ -131,12 +131,13 @@ class ReportPaths:
     learning_curves_png: Path
     cost_frontier_png: Path  # only when the runs span several training lengths
     noise_curves_png: Path  # only when runs trained on noisy labels
+    exit_curves_png: Path  # only when runs have early exits
 
     @classmethod
     def in_dir(cls, out_dir: Path) -> ReportPaths:
         names = ["comparison.csv", "paired.csv", "report.md", "report.html", "tier_accuracy.png",
                  "accuracy_vs_wallclock.png", "learning_curves.png", "cost_frontier.png",
-                 "noise_curves.png"]  # fmt: skip
+                 "noise_curves.png", "exit_curves.png"]  # fmt: skip
         return cls(out_dir, *(out_dir / name for name in names))
 
     def files(self) -> list[Path]:
@@ -629,11 +630,13 @@ def build_report(
     events: dict[str, list],
     out_dir: Path,
     target_acc: float | None = None,
+    exit_curves: dict[str, dict] | None = None,
 ) -> ReportPaths:
     """Write comparison.csv, paired.csv, report.md, report.html and three PNGs into ``out_dir``.
 
     ``target_acc`` is the validation accuracy for time-to-target; by default each group uses
     99% of its matched static baseline's mean final ``val/acc`` (no baseline: no target).
+    ``exit_curves`` (run id -> evaluate's ``exit_curve.json``) adds the early-exits section.
     """
     if runs_df.empty:
         raise UpstreamError(
@@ -656,6 +659,9 @@ def build_report(
     _plot_noise_curves(groups, histories, colours, paths.noise_curves_png)
 
     blocks = _document(comp_df, groups, paths, _ordering_rows(groups))
+    if any(g.has("test/flops_ratio") for g in groups):
+        _plot_exit_curves(groups, exit_curves or {}, colours, paths.exit_curves_png)
+        blocks += _exit_blocks(groups, paths)
     paths.report_md.write_text(_to_markdown(blocks), encoding="utf-8")
     paths.report_html.write_text(_to_html(blocks, out_dir), encoding="utf-8")
     return paths
@@ -1363,6 +1369,99 @@ def _plot_noise_curves(groups: list[Group], histories: dict, colours: dict, path
     fig.suptitle("Label noise: memorisation and the share of noisy labels trained, per epoch")
     fig.tight_layout(rect=(0, 0.06 * math.ceil(len(labels) / 3) + 0.02, 1, 1))
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --- early exits -------------------------------------------------------------------------
+
+
+def _exit_blocks(groups: list[Group], paths: ReportPaths) -> list[tuple]:
+    """The early-exits section: per variant with exits, the head against adaptive inference on
+    the test split, and the share of each tier that leaves at the first exit."""
+    with_exits = [g for g in groups if g.has("test/flops_ratio")]
+    tiers = [
+        t for t in ("easy", "medium", "hard") if any(g.has(f"test/exit_share_exit1_{t}") for g in with_exits)
+    ]
+
+    def cell(g: Group, metric: str, kind: str) -> str:
+        stats = summary(g.per_unit(metric).dropna())
+        if stats["n"] == 0:
+            return "n/a"
+        scale, unit = (100, "%") if kind == "pct" else (1, "x" if kind == "ratio" else "")
+        text = f"{scale * stats['mean']:.2f}{unit}"
+        if stats["n"] > 1:
+            text += f" [{scale * stats['ci_low']:.2f}, {scale * stats['ci_high']:.2f}]"
+        return text
+
+    rows = []
+    for g in with_exits:
+        rows.append(
+            [
+                g.label,
+                str(len(g.per_unit("test/acc").dropna())),
+                cell(g, "test/acc", "pct"),
+                cell(g, "test/acc_adaptive", "pct"),
+                cell(g, "test/flops_ratio", "ratio"),
+                cell(g, "test/latency_ratio_b1", "ratio"),
+                *[cell(g, f"test/exit_share_exit1_{t}", "pct") for t in tiers],
+            ]
+        )
+    return [
+        ("h", 2, "Early exits: input-adaptive inference"),
+        (
+            "p",
+            "Each example leaves at the first exit whose confidence (max softmax) passes its "
+            "threshold, calibrated on the validation split; the head's accuracy is the network "
+            "run whole. FLOPs ratio: mean forward FLOPs per test example with exits over the whole "
+            "network's; batch-1 speed-up: per-example latency at batch 1 without exits over with. "
+            "Mean over seeds with its 95% interval in brackets.",
+        ),
+        (
+            "table",
+            [
+                "variant",
+                "n",
+                "head test acc",
+                "adaptive test acc",
+                "FLOPs ratio",
+                "batch-1 speed-up",
+                *[f"{t} at exit 1" for t in tiers],
+            ],
+            rows,
+        ),
+        ("img", paths.exit_curves_png.name, "test accuracy against mean FLOPs per example over thresholds"),
+    ]
+
+
+def _plot_exit_curves(groups: list[Group], curves: dict[str, dict], colours: dict, path: Path) -> None:
+    """Test accuracy against mean FLOPs per example as the shared threshold goes from 0 (every
+    example leaves at the first exit) to 1 (none leaves early): one line per run, its calibrated
+    point (filled) and the whole network (open square)."""
+    fig, ax = plt.subplots(figsize=(9, 5.2))
+    fulls = []
+    for g in groups:
+        for i, run_id in enumerate(r for r in g.runs["run_id"] if r in curves):
+            curve = curves[run_id]
+            points = sorted(curve["curve"], key=lambda p: p["flops"])
+            first = i == 0
+            label = lambda what: f"{g.label}: {what}" if first else None  # noqa: B023 (used at once)
+            colour = colours[g.label]
+            flops = [p["flops"] / 1e6 for p in points]
+            ax.plot(flops, [100 * p["acc"] for p in points], "-", lw=1.2, alpha=0.75, color=colour,
+                    label=label("thresholds 0 to 1"))  # fmt: skip
+            ax.plot(curve["flops_adaptive"] / 1e6, 100 * curve["acc_adaptive"], "o", ms=7, color=colour,
+                    markeredgecolor="k", label=label("calibrated thresholds"))  # fmt: skip
+            ax.plot(curve["flops_full"] / 1e6, 100 * curve["acc_full"], "s", ms=7, color=colour,
+                    markerfacecolor="white", label=label("whole network"))  # fmt: skip
+            fulls.append(100 * curve["acc_full"])
+    if fulls:  # near 0 every example leaves at the first exit, far below: show the trade-off
+        ax.set_ylim(min(fulls) - 3, max(fulls) + 0.8)
+    ax.set(xlabel="mean forward FLOPs per test example (millions)", ylabel="test accuracy (%)")
+    ax.set_title("Early exits: test accuracy against FLOPs over confidence thresholds, per run")
+    ax.grid(alpha=0.3)
+    # Below the axes, two columns, so long variant names never cover the curves or run off.
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8, frameon=False)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -21,13 +21,15 @@ import mlflow
 import pandas as pd
 import torch
 
+from models.flops import flops_per_example
 from models.growth import apply_event
 from models.io import save_model
 from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
-from pipeline import plots
+from pipeline import exits, plots
 from pipeline.cli import opt, option_name
 from pipeline.curriculum import Curriculum, check_hold_back, check_rejoin
 from pipeline.data import Data
+from pipeline.exits import ExitConfig
 from pipeline.logged_model import log_classifier
 from pipeline.loop import pick_device, seed_everything
 from pipeline.plan import CurriculumConfig, curriculum_label, curriculum_pruning, growth_boundaries
@@ -47,6 +49,7 @@ from pipeline.tracking import (
     tracked_run,
 )
 from pipeline.training import (
+    TIER_NAMES,
     FitState,
     TrainConfig,
     TrainingPlan,
@@ -289,9 +292,12 @@ def train_and_log(
     progress_bar: bool = True,
     limits: RunConfig | None = None,
     length=None,
+    exit_cfg: ExitConfig | None = None,
 ) -> TrainingOutcome:
     """Train inside the active MLflow run; ``data`` on the CPU, moved to the device here.
-    ``length`` (a ``run_length.RunLength``) stops a FLOPs or seconds run at its budget."""
+    ``length`` (a ``run_length.RunLength``) stops a FLOPs or seconds run at its budget. A model
+    with exits gets its thresholds (``exit_cfg``: given, or calibrated on the validation split)
+    before it is saved."""
     device = pick_device(cfg.device)
     check_network_sizes(spec, plan, cfg.batch_size, limits or RunConfig(), device)
     seed_everything(cfg.seed, cfg.deterministic)
@@ -332,6 +338,10 @@ def train_and_log(
             meter=length.meter() if length is not None else None,
         )
         total_s = time.perf_counter() - start
+        if state.model.spec.exits:
+            set_exit_thresholds(
+                state.model, val_split, exit_cfg or ExitConfig(), cfg.eval_batch_size, val_tiers
+            )
         run_name = current_run_name()
         log_final_artifacts(state, plan, tmp, title=run_title(run_name))
         model_id = log_classifier(state.model, data, run_name, tmp)
@@ -348,6 +358,34 @@ def train_and_log(
     if length is not None:
         log_budget(length, state)
     return TrainingOutcome(state, total_s)
+
+
+def set_exit_thresholds(
+    model, val, exit_cfg: ExitConfig, batch_size: int, val_tiers: torch.Tensor | None
+) -> None:
+    """Give ``model`` its exit thresholds (``--exit-threshold``, or calibrated on ``val`` for
+    ``--exit-acc-loss``) and log what adaptive inference gets on the validation split:
+    ``val/acc_adaptive``, ``val/flops_adaptive``, ``val/exit_share_<exit>`` and per tier."""
+    logits = exits.all_exit_logits(model, val.x, batch_size)  # (K+1, N, classes)
+    y = val.y.cpu()
+    given = exit_cfg.thresholds_for(model.spec)
+    model.exit_thresholds = given if given is not None else exits.calibrate(logits, y, exit_cfg.exit_acc_loss)
+    flops = exits.exit_flops(model)
+    predictions, taken = exits.simulate(logits, model.exit_thresholds)
+    metrics = exits.exit_summary(predictions, taken, y, flops, model.spec, "val/")
+    metrics["val/flops_full"] = float(flops_per_example(model, model.spec.input_shape)["forward"])
+    if val_tiers is not None:
+        for t, name in enumerate(TIER_NAMES):
+            mask = val_tiers.cpu() == t
+            if mask.any():
+                metrics.update(
+                    exits.exit_summary(
+                        predictions[mask], taken[mask], y[mask], flops, model.spec, "val/", f"_{name}"
+                    )
+                )
+    mlflow.log_metrics(metrics)
+    mlflow.set_tag("exit_thresholds", json.dumps(list(model.exit_thresholds)))
+    mlflow.set_tag("exit_thresholds_source", "given" if given is not None else "calibrated")
 
 
 def log_budget(length, state: FitState) -> None:

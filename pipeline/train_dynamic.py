@@ -18,6 +18,7 @@ from models.spec import ArchSpec, resolve_spec
 from pipeline import plots
 from pipeline.cli import build_config, config_options, help_text
 from pipeline.data import Data, DataConfig, load_data
+from pipeline.exits import ExitConfig, with_exits
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
 from pipeline.run_length import resolve_run_length, scaled_curriculum, scaled_schedule
 from pipeline.session import RunConfig, TrainingOutcome, prepare_curriculum, train_and_log, training_run
@@ -25,7 +26,7 @@ from pipeline.tracking import GuardedCommand, current_run_name, flat_params, mai
 from pipeline.training import TrainConfig
 
 ENTRY_POINT = "train_dynamic"
-CONFIGS = (DataConfig, TrainConfig, GrowthConfig, DynamicCurriculumConfig, RunConfig)
+CONFIGS = (DataConfig, TrainConfig, GrowthConfig, DynamicCurriculumConfig, RunConfig, ExitConfig)
 
 
 def prepare(
@@ -70,9 +71,11 @@ def run(
     growth_cfg: GrowthConfig,
     curriculum_cfg: DynamicCurriculumConfig | None = None,
     run_cfg: RunConfig | None = None,
+    exit_cfg: ExitConfig | None = None,
 ) -> TrainingOutcome:
     curriculum_cfg = curriculum_cfg or DynamicCurriculumConfig()
     run_cfg = run_cfg or RunConfig()
+    exit_cfg = (exit_cfg or ExitConfig()).validate()
     run_cfg.apply_size_limits(train_cfg)  # before any network is built, FLOPs counting too
     data, start = prepare(data_cfg, train_cfg, growth_cfg)
     length = resolve_run_length(
@@ -83,13 +86,35 @@ def run(
         run_cfg.resume,
     )
     events, final, setup = length.events, length.final, length.setup
-    plan = ExperimentPlan(length.train_cfg, data, events, growth_cfg, setup.curriculum, setup.pruner)
-    params = {**flat_params(data_cfg, train_cfg, growth_cfg, curriculum_cfg, run_cfg), **length.params()}
+    # stages: each stage's head becomes an exit as the run grows; named exits sit on the start
+    # spec (they must exist from the first epoch) and are carried through growth.
+    staged = exit_cfg.exits.strip() == "stages"
+    if staged:
+        final = with_exits(start, "stages", length.train_cfg.epochs, events)
+    else:
+        start = with_exits(start, exit_cfg.exits, length.train_cfg.epochs)
+        final = validate_schedule(start, events, length.train_cfg.epochs)  # growth must fit the exits
+    exit_cfg.thresholds_for(final)  # a wrong count fails now, not after training
+    plan = ExperimentPlan(
+        length.train_cfg,
+        data,
+        events,
+        growth_cfg,
+        setup.curriculum,
+        setup.pruner,
+        exit_weights=exit_cfg.weights_for(len(final.exits)) if final.exits else None,
+        stage_exits=staged,
+    )
+    params = {
+        **flat_params(data_cfg, train_cfg, growth_cfg, curriculum_cfg, run_cfg, exit_cfg),
+        **length.params(),
+    }
     tags = {
         "spec_name": start.name,
         "final_spec": final.to_json(),
         **setup.tags(),
-        "variant": f"dynamic-{schedule_label(growth_cfg.schedule)}{setup.label()}",
+        "variant": f"dynamic-{schedule_label(growth_cfg.schedule)}{setup.label()}"
+        + ("+exits" if final.exits else ""),
     }
     with training_run(ENTRY_POINT, run_cfg, params, tags, data):
         outcome = train_and_log(
@@ -103,6 +128,7 @@ def run(
             val_tiers=setup.val_tiers,
             progress_bar=run_cfg.progress,
             limits=run_cfg,
+            exit_cfg=exit_cfg,
         )
         with scratch_dir() as tmp:
             picture = plots.architecture_evolution(
@@ -112,7 +138,11 @@ def run(
                 f"from {start.name}, seed {train_cfg.seed}",
             )
             mlflow.log_artifact(str(picture))
-        if outcome.state.stop_reason == "epochs" and outcome.state.model.spec.layers != final.layers:
+        grown_spec = outcome.state.model.spec
+        if outcome.state.stop_reason == "epochs" and (grown_spec.layers, grown_spec.exits) != (
+            final.layers,
+            final.exits,
+        ):
             raise RuntimeError("the grown model differs from the schedule's final spec")
         return outcome
 

@@ -13,6 +13,7 @@ import click
 from models.spec import ArchSpec, resolve_spec
 from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.data import Data, DataConfig, load_data
+from pipeline.exits import ExitConfig, with_exits
 from pipeline.plan import CurriculumConfig, ExperimentPlan
 from pipeline.run_length import resolve_run_length, scaled_curriculum
 from pipeline.session import RunConfig, TrainingOutcome, prepare_curriculum, train_and_log, training_run
@@ -27,14 +28,19 @@ class StaticConfig:
     spec: str = opt("default", "architecture: a registered name, a JSON file or a JSON string")
 
 
-CONFIGS = (DataConfig, TrainConfig, StaticConfig, CurriculumConfig, RunConfig)
+CONFIGS = (DataConfig, TrainConfig, StaticConfig, CurriculumConfig, RunConfig, ExitConfig)
 
 
-def prepare(data_cfg: DataConfig, train_cfg: TrainConfig, static_cfg: StaticConfig) -> tuple[Data, ArchSpec]:
-    """Validate options, data and spec before any training."""
+def prepare(
+    data_cfg: DataConfig, train_cfg: TrainConfig, static_cfg: StaticConfig, exit_cfg: ExitConfig | None = None
+) -> tuple[Data, ArchSpec]:
+    """Validate options, data and spec (with its exits) before any training."""
     train_cfg.validate()
+    exit_cfg = (exit_cfg or ExitConfig()).validate()
     data = load_data(data_cfg)
     spec = resolve_spec(static_cfg.spec, data.input_shape, data.num_classes)
+    spec = with_exits(spec, exit_cfg.exits, train_cfg.epochs)
+    exit_cfg.thresholds_for(spec)  # a wrong count fails now, not after training
     return data, spec
 
 
@@ -44,11 +50,13 @@ def run(
     static_cfg: StaticConfig,
     curriculum_cfg: CurriculumConfig | None = None,
     run_cfg: RunConfig | None = None,
+    exit_cfg: ExitConfig | None = None,
 ) -> TrainingOutcome:
     curriculum_cfg = curriculum_cfg or CurriculumConfig()
     run_cfg = run_cfg or RunConfig()
+    exit_cfg = exit_cfg or ExitConfig()
     run_cfg.apply_size_limits(train_cfg)  # before any network is built, FLOPs counting too
-    data, spec = prepare(data_cfg, train_cfg, static_cfg)
+    data, spec = prepare(data_cfg, train_cfg, static_cfg, exit_cfg)
 
     def stages(cfg: TrainConfig):
         diet = scaled_curriculum(curriculum_cfg, train_cfg.epochs, cfg.epochs)
@@ -56,13 +64,22 @@ def run(
 
     length = resolve_run_length(train_cfg, data, spec, stages, run_cfg.resume)
     setup = length.setup
-    plan = ExperimentPlan(length.train_cfg, data, curriculum=setup.curriculum, pruner=setup.pruner)
-    params = {**flat_params(data_cfg, train_cfg, static_cfg, curriculum_cfg, run_cfg), **length.params()}
+    plan = ExperimentPlan(
+        length.train_cfg,
+        data,
+        curriculum=setup.curriculum,
+        pruner=setup.pruner,
+        exit_weights=exit_cfg.weights_for(len(spec.exits)) if spec.exits else None,
+    )
+    params = {
+        **flat_params(data_cfg, train_cfg, static_cfg, curriculum_cfg, run_cfg, exit_cfg),
+        **length.params(),
+    }
     tags = {
         "spec_name": spec.name,
         "final_spec": spec.to_json(),
         **setup.tags(),
-        "variant": "static" + setup.label(),
+        "variant": "static" + setup.label() + ("+exits" if spec.exits else ""),
     }
     with training_run(ENTRY_POINT, run_cfg, params, tags, data):
         return train_and_log(
@@ -76,6 +93,7 @@ def run(
             val_tiers=setup.val_tiers,
             progress_bar=run_cfg.progress,
             limits=run_cfg,
+            exit_cfg=exit_cfg,
         )
 
 

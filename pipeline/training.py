@@ -22,6 +22,7 @@ from models.flops import flops_per_example
 from models.spec import ArchSpec
 from pipeline.cli import opt
 from pipeline.data import AUGMENTATIONS, Data, Split
+from pipeline.exits import all_exit_logits
 from pipeline.loop import EvalResult, cosine_lr, evaluate, pick_device, place_model, train_one_epoch
 from pipeline.precision import PRECISIONS, PrecisionError, grad_scaler, resolve_precision
 
@@ -127,6 +128,14 @@ class TrainingPlan:
     # The run's resolved precision, set by ``fit``: what the plan's own measurements (growth
     # probes) run at, so they see the network as training does.
     precision: str = "fp32"
+    # Deep supervision (pipeline/exits.py): the loss weight of each early exit, or None to
+    # train the head alone even where the spec has exits.
+    exit_weights: tuple[float, ...] | None = None
+
+    def weights_for(self, model: SpecNet) -> tuple[float, ...] | None:
+        """The early exits' loss weights for ``model`` (a growing one gains exits), or None."""
+        n = len(model.spec.exits)
+        return tuple(self.exit_weights[:n]) if n and self.exit_weights is not None else None
 
     def before_epoch(
         self,
@@ -237,6 +246,16 @@ def tier_accuracies(result: EvalResult, tiers: torch.Tensor | None, prefix: str)
     return out
 
 
+def exit_accuracies(model: SpecNet, val: Split, batch_size: int) -> dict[str, float]:
+    """``val/acc_<exit id>``: each early exit's accuracy on its own."""
+    logits = all_exit_logits(model, val.x, batch_size)  # (K+1, N, classes)
+    y = val.y.cpu()
+    return {
+        f"val/acc_{eid}": float((logits[k].argmax(1) == y).float().mean())
+        for k, eid in enumerate(model.spec.exit_ids())
+    }
+
+
 def learning_rate(cfg: TrainConfig, trace: ArchitectureTrace, progress: float) -> float:
     """The cosine schedule's rate at ``progress``; with ``--growth-rewarm w``, the rate after
     each growth event (at its epoch's start) climbs linearly from near zero back to the
@@ -310,6 +329,7 @@ def fit(
             scaler=scaler,
             allows=allows,
             label_smoothing=cfg.label_smoothing,
+            exit_weights=plan.weights_for(state.model),
         )
         if stats.examples == 0:  # the budget could not pay for a single step of this epoch
             state.stop_reason = "budget"
@@ -343,6 +363,8 @@ def fit(
             "train/flops_cumulative": state.cumulative_train_flops,
             **plan.epoch_info(epoch),
         }
+        if state.model.spec.exits:  # outside the epoch's time too: a probe of each exit
+            metrics.update(exit_accuracies(state.model, data.val, cfg.eval_batch_size))
         if data.noisy:  # measured outside the epoch's time: a probe, not part of training
             metrics.update(noise_metrics(forward, data, positions, val, noise_probe, cfg, state.precision))
         state.history.append({"epoch": epoch, **metrics})

@@ -203,6 +203,62 @@ CASES = [
     ),
     Case("label noise out of range in tune", "tune", (*TINY, "--label-noise", "1.5"), "--label-noise 1.5"),
     Case("label noise out of range in main", "main", ("--label-noise", "0.2,1"), "--label-noise 1 must be"),
+    # early exits
+    Case(
+        "exit threshold outside [0, 1]",
+        STATIC,
+        (*SCORED, "--spec", "tiny", "--exits", "pool1", "--exit-threshold", "1.5"),
+        "--exit-threshold '1.5': 1.5 is outside [0, 1]",
+    ),
+    Case(
+        "exit threshold below 0 in evaluate",
+        "evaluate",
+        ("--exit-threshold", "-0.1"),
+        "-0.1 is outside [0, 1]",
+    ),
+    Case(
+        "one exit threshold too many",
+        DYNAMIC,
+        (*SCORED, "--epochs", "4", "--exits", "stages", "--exit-threshold", "0.9,0.8"),
+        "2 value(s) for 1 exit(s)",
+    ),
+    Case(
+        "exit at a position that does not exist",
+        STATIC,
+        (*SCORED, "--spec", "tiny", "--exits", "conv9"),
+        "'conv9' names no layer (layers: conv1, pool1, fc1)",
+    ),
+    Case(
+        "exit after the head",
+        STATIC,
+        (*SCORED, "--spec", "tiny", "--exits", "head"),
+        "nothing comes after the head",
+    ),
+    Case(
+        "exit after the last layer",
+        STATIC,
+        (*SCORED, "--spec", "tiny", "--exits", "fc1"),
+        "it would read what the head reads",
+    ),
+    Case(
+        "exit on a map that cannot carry its head",
+        STATIC,
+        (
+            *SCORED,
+            "--spec",
+            "tiny",
+            "--exits",
+            '[{{"id": "e1", "after": "conv1", "layers": [{{"id": "p", "type": "pool", "size": 64}}]}}]',
+        ),
+        "exit 'e1' after 'conv1' (a 8x28x28 map): layer 'p': pool of size 64 would shrink the 28x28 map",
+    ),
+    Case(
+        "stage exits on a spec they do not fit",
+        STATIC,
+        (*SCORED, "--spec", '[{{"id": "conv1", "type": "conv", "out_channels": 8}}]', "--exits", "stages"),
+        "--exits stages: the default schedule's stage exits do not fit",
+    ),
+    Case("negative exit weight", DYNAMIC, (*SCORED, "--exit-weights", "-1"), "--exit-weights '-1'"),
     # checkpoints and model files
     Case(
         "resume a run without a checkpoint",
@@ -392,5 +448,9 @@ def test_the_table_covers_what_the_issue_lists():
         "negative label noise",
         "unknown noise kind",
         "asymmetric noise on a dataset the map does not know",
+        "exit threshold outside [0, 1]",
+        "exit at a position that does not exist",
+        "exit after the head",
+        "exit on a map that cannot carry its head",
     ):
         assert topic in names, topic

@@ -303,3 +303,44 @@ def test_a_deterministic_difference_gets_no_p_value_and_no_test():
     assert _p_cell(row, "p_t") == "— (deterministic)"
     assert _verdict(row).startswith("deterministic")
     assert "p =" not in _diff_phrase(row) and "deterministic" in _diff_phrase(row)
+
+
+def test_report_has_an_early_exits_section_for_runs_with_exits(tracking, tmp_path):
+    """Runs whose evaluation measured exits get a table row (head against adaptive, FLOPs ratio,
+    batch-1 speed-up, the easy tier's share at exit 1) and their accuracy-against-FLOPs curves."""
+    ids, curves = [], {}
+    for i, seed in enumerate(SEEDS):
+        run_id = _record("static+exits", seed, STATIC_SPEC, STATIC_ACC[i], STATIC_HARD[i], STATIC_VAL[i])
+        exit_metrics = {
+            "test/acc_adaptive": STATIC_ACC[i] - 0.001,
+            "test/flops_ratio": 0.25,
+            "test/latency_ratio_b1": 2.0,
+            "test/exit_share_exit1_easy": 0.9,
+            "test/exit_share_exit1_hard": 0.5,
+        }
+        now = int(time.time() * 1000)
+        mlflow.MlflowClient().log_batch(
+            run_id, metrics=[Metric(k, v, now, 0) for k, v in exit_metrics.items()]
+        )
+        curve = [
+            {"threshold": t, "acc": STATIC_ACC[i] - 0.05 * (1 - t), "flops": 4e6 + 12e6 * t}
+            for t in (0, 0.5, 1)
+        ]
+        curves[run_id] = {
+            "curve": curve,
+            "acc_full": STATIC_ACC[i],
+            "flops_full": 15.7e6,
+            "acc_adaptive": STATIC_ACC[i] - 0.001,
+            "flops_adaptive": 3.9e6,
+        }
+        ids.append(run_id)
+    ids.append(_record("static", 0, STATIC_SPEC, 0.8, 0.6, 0.8))  # no exits: no row
+    runs_df, histories, events = collect_runs(ids)
+    paths = build_report(runs_df, histories, events, tmp_path / "report", exit_curves=curves)
+    md = paths.report_md.read_text()
+    section = md[md.index("## Early exits") :]
+    rows = [line for line in section.splitlines() if line.startswith("| static")]
+    assert len(rows) == 1 and rows[0].startswith("| static+exits | 3 |")
+    assert "0.25x [0.25, 0.25]" in rows[0] and "2.00x" in rows[0] and "90.00%" in rows[0]
+    assert "easy at exit 1" in section and "medium at exit 1" not in section
+    assert paths.exit_curves_png.is_file() and paths.exit_curves_png in paths.files()

@@ -1,0 +1,268 @@
+"""Early exits: the options, deep supervision's weights, threshold calibration on the validation
+split, and what adaptive inference costs and gets on a split. No MLflow inside.
+
+A network with exits (``ArchSpec.exits``) trains every exit at once (deep supervision, Lee et al.
+2015: loss = head's + sum of weight * exit's), and at inference each example stops at the first
+exit confident enough (``SpecNet.adaptive``). One shared threshold is calibrated on the
+validation split: the lowest confidence at which adaptive inference stays within
+``--exit-acc-loss`` points of the head alone.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from models.builder import SpecNet
+from models.flops import exit_flops_per_example
+from models.growth import named_schedule, stage_exits
+from models.io import check_thresholds
+from models.spec import HEAD_ID, ArchSpec, SpecError, named_layers, validate
+from pipeline.cli import opt
+
+EXIT_MODES = ("none", "stages")
+# Candidate shared thresholds for calibration: fine near 1, where the accurate ones lie.
+CANDIDATES = np.unique(np.concatenate([np.linspace(0.0, 0.9, 10), 1 - np.geomspace(0.1, 1e-5, 41), [1.0]]))
+
+
+class ExitError(SpecError):
+    """An --exits, --exit-weights or --exit-threshold value that cannot work."""
+
+
+@dataclass(frozen=True)
+class ExitConfig:
+    exits: str = opt(
+        "none",
+        "early exits: none; stages (each growth stage's head becomes its exit; train_static: the "
+        "exits of the default schedule grown from the minimal spec, its matched control); layer "
+        "ids (pool1,conv2: an exit after each, its path the network's later pools and fc layers); "
+        "or a JSON list of exits",
+    )
+    exit_weights: str = opt(
+        "0.5",
+        "deep supervision: loss weight of each early exit (one value, or one per exit); the head's is 1",
+    )
+    exit_acc_loss: float = opt(
+        0.2, "accuracy points adaptive inference may lose against the head on the validation split"
+    )
+    exit_threshold: str = opt(
+        "", "confidence (max softmax) to leave at each exit, one value or one per exit; empty: calibrated"
+    )
+
+    def validate(self) -> ExitConfig:
+        if not 0 <= self.exit_acc_loss <= 100:
+            raise ExitError(f"--exit-acc-loss must be points in [0, 100], got {self.exit_acc_loss}")
+        parse_values(self.exit_weights, "--exit-weights", upper=None)
+        parse_values(self.exit_threshold, "--exit-threshold", upper=1.0)
+        return self
+
+    def weights_for(self, n_exits: int) -> tuple[float, ...]:
+        return _broadcast(
+            parse_values(self.exit_weights, "--exit-weights", upper=None), n_exits, "--exit-weights"
+        )
+
+    def thresholds_for(self, spec: ArchSpec) -> tuple[float, ...] | None:
+        values = parse_values(self.exit_threshold, "--exit-threshold", upper=1.0)
+        if not values:
+            return None
+        return check_thresholds(list(_broadcast(values, len(spec.exits), "--exit-threshold")), spec)
+
+
+def eval_thresholds(text: str, model: SpecNet, source: str) -> tuple[float, ...]:
+    """evaluate's thresholds: ``--exit-threshold`` where given, else the model's calibrated ones."""
+    given = parse_values(text, "--exit-threshold", upper=1.0)
+    if given:
+        return check_thresholds(
+            list(_broadcast(given, len(model.spec.exits), "--exit-threshold")), model.spec
+        )
+    if model.exit_thresholds is None:
+        raise ExitError(f"{source}: its model has exits but no saved thresholds; pass --exit-threshold")
+    return model.exit_thresholds
+
+
+def parse_values(text: str, option: str, upper: float | None) -> tuple[float, ...]:
+    """Comma-separated numbers, each >= 0 (and <= ``upper``)."""
+    values = []
+    for part in [p.strip() for p in str(text).split(",") if p.strip()]:
+        try:
+            value = float(part)
+        except ValueError:
+            raise ExitError(f"{option} {text!r}: {part!r} is not a number") from None
+        if not (value >= 0 and (upper is None or value <= upper)) or not np.isfinite(value):
+            span = f"[0, {upper:g}]" if upper is not None else "0 or more"
+            raise ExitError(f"{option} {text!r}: {part} is outside {span}")
+        values.append(value)
+    return tuple(values)
+
+
+def _broadcast(values: tuple[float, ...], n: int, option: str) -> tuple[float, ...]:
+    if len(values) == 1:
+        return values * n
+    if len(values) != n:
+        raise ExitError(f"{option}: {len(values)} value(s) for {n} exit(s); give one, or one per exit")
+    return values
+
+
+def with_exits(spec: ArchSpec, text: str, epochs: int, events=None) -> ArchSpec:
+    """``spec`` carrying the exits ``--exits`` asks for. ``stages`` with growth ``events``: each
+    stage's head; without (train_static): the exits of the default schedule grown from the
+    minimal spec, which must fit ``spec``."""
+    text = text.strip()
+    if text in ("", "none"):
+        return spec
+    try:
+        if text == "stages":
+            if events:
+                return stage_exits(spec, events)
+            minimal = ArchSpec(spec.input_shape, spec.num_classes, tuple(named_layers("minimal")), "minimal")
+            exits = stage_exits(minimal, named_schedule("default", max(epochs, 2))).exits
+            try:
+                return validate(spec.with_exits(exits))
+            except SpecError as err:
+                raise ExitError(
+                    f"--exits stages: the default schedule's stage exits do not fit spec {spec.name} "
+                    f"({err}); name the exits instead (--exits pool1)"
+                ) from None
+        if text.startswith(("[", "{")):
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise ExitError(f"--exits JSON: {err.msg} at column {err.colno}") from None
+            return validate(spec.with_exits(data if isinstance(data, list) else [data]))
+        return validate(
+            spec.with_exits([_exit_after(spec, lid, i + 1) for i, lid in enumerate(text.split(","))])
+        )
+    except ExitError:
+        raise
+    except SpecError as err:
+        raise ExitError(f"--exits {text}: {err}") from None
+
+
+def _exit_after(spec: ArchSpec, layer_id: str, number: int) -> dict:
+    """An exit after ``layer_id`` whose path is the network's own classifier path from there:
+    the later pools (so the map shrinks as the head's does) and fc and dropout layers."""
+    layer_id = layer_id.strip()
+    ids = spec.layer_ids()
+    if layer_id not in ids:
+        where = "nothing comes after the head" if layer_id == HEAD_ID else "names no layer"
+        raise ExitError(f"--exits: {layer_id!r} {where} (layers: {', '.join(ids)})")
+    later = spec.layers[ids.index(layer_id) + 1 :]
+    return {
+        "id": f"exit{number}",
+        "after": layer_id,
+        "layers": [dict(layer) for layer in later if layer["type"] in ("pool", "fc", "dropout")],
+    }
+
+
+def deep_supervision_loss(outputs: list[torch.Tensor], y: torch.Tensor, weights, label_smoothing: float):
+    """Per-example loss (B,): the head's cross-entropy plus each exit's, weighted."""
+    each = F.cross_entropy(outputs[-1], y, reduction="none", label_smoothing=label_smoothing)
+    for weight, out in zip(weights, outputs[:-1]):
+        each = each + weight * F.cross_entropy(out, y, reduction="none", label_smoothing=label_smoothing)
+    return each
+
+
+# --- measuring -----------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def all_exit_logits(model: SpecNet, x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
+    """(K+1, N, classes): every exit's logits and the head's, on the CPU."""
+    model.eval()
+    parts = [
+        torch.stack([o.float() for o in model(x[b : b + batch_size], exits=True)]).cpu()
+        for b in range(0, len(x), batch_size)
+    ]
+    return torch.cat(parts, dim=1)
+
+
+def simulate(logits: torch.Tensor, thresholds) -> tuple[torch.Tensor, torch.Tensor]:
+    """What ``SpecNet.adaptive`` predicts and where each example leaves, from all exits' logits
+    (K+1, N, classes) at once: the same rule, without rerunning the network per threshold."""
+    k_exits, n = logits.shape[0] - 1, logits.shape[1]
+    taken = torch.full((n,), k_exits, dtype=torch.long)
+    confidence = torch.softmax(logits, dim=2).amax(2)  # (K+1, N)
+    for k in reversed(range(k_exits)):  # the first exit that passes wins
+        taken[confidence[k] > thresholds[k]] = k
+    predictions = logits.argmax(2).gather(0, taken.view(1, -1)).flatten()
+    return predictions, taken
+
+
+def calibrate(logits: torch.Tensor, y: torch.Tensor, acc_loss_points: float) -> tuple[float, ...]:
+    """The lowest shared threshold at which adaptive accuracy, and that at every higher candidate,
+    stays within ``acc_loss_points`` of the head's (on the split ``logits`` come from)."""
+    k_exits = logits.shape[0] - 1
+    head_acc = float((logits[-1].argmax(1) == y).float().mean())
+    floor = head_acc - acc_loss_points / 100 - 1e-9
+    chosen = 1.0
+    for t in sorted(CANDIDATES, reverse=True):
+        predictions, _ = simulate(logits, [t] * k_exits)
+        if float((predictions == y).float().mean()) < floor:
+            break
+        chosen = float(t)
+    return (chosen,) * k_exits
+
+
+def curve(logits: torch.Tensor, y: torch.Tensor, flops: list[int]) -> list[dict]:
+    """Accuracy and mean FLOPs per example over shared thresholds (the candidates)."""
+    k_exits, out = logits.shape[0] - 1, []
+    flops_t = torch.tensor(flops, dtype=torch.float64)
+    for t in CANDIDATES:
+        predictions, taken = simulate(logits, [float(t)] * k_exits)
+        out.append(
+            {
+                "threshold": float(t),
+                "acc": float((predictions == y).float().mean()),
+                "flops": float(flops_t[taken].mean()),
+            }
+        )
+    return out
+
+
+def exit_summary(
+    predictions: torch.Tensor,
+    taken: torch.Tensor,
+    y: torch.Tensor,
+    flops: list[int],
+    spec: ArchSpec,
+    prefix: str,
+    suffix: str = "",
+) -> dict[str, float]:
+    """Accuracy, mean FLOPs per example and the share leaving at each exit, as metrics
+    (``test/acc_adaptive``, ``test/exit_share_exit1_easy`` with suffix ``_easy``)."""
+    names = [*spec.exit_ids(), HEAD_ID]
+    out = {
+        f"{prefix}acc_adaptive{suffix}": float((predictions == y).float().mean()),
+        f"{prefix}flops_adaptive{suffix}": float(torch.tensor(flops, dtype=torch.float64)[taken].mean()),
+    }
+    for k, name in enumerate(names):
+        out[f"{prefix}exit_share_{name}{suffix}"] = float((taken == k).float().mean())
+    return out
+
+
+@torch.no_grad()
+def latency_ms(model: SpecNet, x: torch.Tensor, batch_size: int, adaptive: bool, repeats: int = 3) -> float:
+    """Median over repeats of the eval-mode time per example (ms), plain forward or adaptive."""
+    if len(x) == 0:
+        return float("nan")
+    model.eval()
+    run = (lambda b: model.adaptive(b)) if adaptive else model
+    run(x[:batch_size])  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for b in range(0, len(x), batch_size):
+            run(x[b : b + batch_size])
+        if x.device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return 1000 * float(np.median(times)) / len(x)
+
+
+def exit_flops(model: SpecNet) -> list[int]:
+    return exit_flops_per_example(model, model.spec.input_shape)

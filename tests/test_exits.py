@@ -1,0 +1,252 @@
+"""Early exits: the spec carries them, growth keeps them (and turns a stage's head into one),
+adaptive inference is the full forward at "never exit" and the first exit at "always", a mixed
+batch gives each example what it gets alone, and a saved model takes the same exits."""
+
+from __future__ import annotations
+
+import mlflow
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from models.builder import build_model
+from models.flops import exit_flops_per_example, flops_per_example
+from models.growth import carry_stage_head, final_spec, grow, named_schedule, stage_exits
+from models.io import check_thresholds, load_model, save_model
+from models.spec import ArchSpec, SpecError, named_layers, validate
+from pipeline import exits
+from pipeline.exits import ExitConfig, ExitError, with_exits
+from pipeline.loop import train_one_epoch
+
+SHAPE = (1, 28, 28)
+MINIMAL = ArchSpec(SHAPE, 10, tuple(named_layers("minimal")), "minimal")
+DEFAULT = ArchSpec(SHAPE, 10, tuple(named_layers("default")), "default")
+
+
+def _model(spec: ArchSpec, seed: int = 0):
+    torch.manual_seed(seed)
+    return build_model(spec).eval()
+
+
+def _two_exits() -> ArchSpec:
+    """The default network with exits after conv1 and after pool2."""
+    return with_exits(DEFAULT, "conv1,pool2", 12)
+
+
+# --- the spec ------------------------------------------------------------------------------
+
+
+def test_exits_round_trip_through_json_and_leave_specs_without_them_unchanged():
+    spec = _two_exits()
+    assert ArchSpec.from_dict(spec.to_dict()) == spec
+    assert [e["after"] for e in spec.exits] == ["conv1", "pool2"]
+    # the exit's path: the later pools and the classifier layers, no convolutions
+    assert [lay["id"] for lay in spec.exits[0]["layers"]] == ["pool1", "pool2", "fc1", "drop1"]
+    assert "exits" not in DEFAULT.to_dict()
+
+
+@pytest.mark.parametrize(
+    "exits_value, message",
+    [
+        ("conv9", "'conv9' names no layer"),
+        ("head", "nothing comes after the head"),
+        ("drop1", "it would read what the head reads"),
+        (
+            '[{"id": "e1", "after": "fc1", "layers": [{"id": "c", "type": "conv", "out_channels": 4}]}]',
+            "conv cannot follow",
+        ),
+        ('[{"id": "e1", "after": "pool2", "layers": [{"id": "p", "type": "pool", "size": 8}]}]', "below 1x1"),
+        ('[{"id": "e1", "after": "pool2"}, {"id": "e2", "after": "conv1"}]', "depth order"),
+        ('[{"id": "e1", "after": "pool1", "wrong": 1}]', "unknown field"),
+    ],
+)
+def test_exits_that_cannot_work_are_refused_with_one_line(exits_value, message):
+    with pytest.raises(ExitError, match=message):
+        with_exits(DEFAULT, exits_value, 12)
+
+
+@pytest.mark.parametrize("values", [[1.5], [-0.1], [0.5, 0.5], ["x"]])
+def test_thresholds_outside_0_1_or_of_the_wrong_count_are_refused(values):
+    with pytest.raises(SpecError):
+        check_thresholds(values, with_exits(DEFAULT, "pool1", 12))
+
+
+def test_exit_options_are_checked():
+    with pytest.raises(ExitError, match="outside"):
+        ExitConfig(exit_threshold="1.2").validate()
+    with pytest.raises(ExitError, match="outside"):
+        ExitConfig(exit_weights="-1").validate()
+    assert ExitConfig(exit_weights="0.3").weights_for(2) == (0.3, 0.3)
+    assert ExitConfig(exit_threshold="0.9,0.8").thresholds_for(_two_exits()) == (0.9, 0.8)
+
+
+def test_static_stages_are_the_exits_a_default_growing_run_ends_with():
+    grown = stage_exits(MINIMAL, named_schedule("default", 12))
+    static = with_exits(DEFAULT, "stages", 12)
+    assert static.exits == grown.exits and static.layers == grown.layers
+    assert static.exits[0]["after"] == "pool1"
+
+
+# --- growth ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("schedule", ["default", "deep", "wide-fc", "late"])
+def test_growth_keeps_each_stage_head_as_its_exit_and_every_function(schedule):
+    """At every growth epoch the stage's head is carried into an exit that computes exactly
+    what the stage did, and the final head still does too (function-preserving growth); the
+    grown model has the names and shapes of a model built from its final spec."""
+    events = named_schedule(schedule, 12)
+    model = _model(MINIMAL)
+    x = torch.randn(6, *SHAPE)
+    for epoch in sorted({e.epoch for e in events}):
+        due = [e for e in events if e.epoch == epoch]
+        with torch.no_grad():
+            before = model(x)
+        model, entry = carry_stage_head(model, final_spec(model.spec, due))
+        for event in due:
+            model, _ = grow(model, event)
+        model.eval()
+        with torch.no_grad():
+            outputs = model(x, exits=True)
+        torch.testing.assert_close(outputs[-1], before, rtol=1e-5, atol=1e-5)
+        if entry is not None:
+            k = model.spec.exit_ids().index(entry["id"])
+            torch.testing.assert_close(outputs[k], before, rtol=1e-5, atol=1e-5)
+    final = stage_exits(MINIMAL, events)
+    assert model.spec.layers == final.layers and model.spec.exits == final.exits
+    shapes = lambda m: {k: tuple(v.shape) for k, v in m.state_dict().items()}
+    assert shapes(model) == shapes(build_model(final))
+
+
+def test_growth_keeps_an_exit_whose_map_is_unchanged_and_rebuilds_one_whose_map_changed():
+    model = _model(with_exits(MINIMAL, "conv1,pool2", 12))
+    (event,) = [e for e in named_schedule("default", 12) if e.id == "conv2"]  # after pool1, 64 channels
+    grown, info = grow(model, event)
+    assert grown.exits["exit1"] is model.exits["exit1"]  # conv1's output is what it was
+    assert grown.exits["exit2"] is not model.exits["exit2"]  # pool2 now carries 64 channels
+    assert info["reinitialised"] == ["exits.exit2"]
+
+
+def test_exit_flops_grow_with_depth_and_the_first_exit_is_cheap():
+    model = _model(with_exits(DEFAULT, "stages", 12))
+    per_exit = exit_flops_per_example(model, SHAPE)
+    full = flops_per_example(model, SHAPE)["forward"]
+    assert per_exit[0] < 0.1 * full  # conv1 and a small classifier, against the whole network
+    assert per_exit[-1] > full  # the head's path asks every exit on the way
+    assert per_exit == sorted(per_exit)
+
+
+# --- adaptive inference ----------------------------------------------------------------------
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 9))
+def test_never_exit_is_the_full_forward_and_always_exit_the_first_exit(seed, n):
+    model = _model(_two_exits(), seed % 7)
+    x = torch.randn(n, *SHAPE, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        full, all_exits = model(x), model(x, exits=True)
+    logits, taken = model.adaptive(x, [1.0, 1.0])
+    torch.testing.assert_close(logits, full, rtol=1e-5, atol=1e-6)
+    assert (taken == 2).all()
+    logits, taken = model.adaptive(x, [0.0, 0.0])
+    torch.testing.assert_close(logits, all_exits[0], rtol=1e-5, atol=1e-6)
+    assert (taken == 0).all()
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(2, 12),
+    thresholds=st.lists(st.sampled_from([0.12, 0.15, 0.2, 0.3, 0.5]), min_size=2, max_size=2),
+)
+def test_a_mixed_batch_gives_each_example_what_it_gets_alone(seed, n, thresholds):
+    model = _model(_two_exits(), seed % 5)
+    x = torch.randn(n, *SHAPE, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        confidences = torch.stack([torch.softmax(o, 1).amax(1) for o in model(x, exits=True)[:-1]])
+    # an example whose confidence sits on a threshold could go either way at float precision
+    if (confidences - torch.tensor(thresholds).view(-1, 1)).abs().min() < 1e-4:
+        return
+    logits, taken = model.adaptive(x, thresholds)
+    for i in range(n):
+        alone, where = model.adaptive(x[i : i + 1], thresholds)
+        torch.testing.assert_close(logits[i : i + 1], alone, rtol=1e-5, atol=1e-5)
+        assert int(taken[i]) == int(where)
+    # the simulation that calibrates and draws curves takes the same decisions
+    all_logits = exits.all_exit_logits(model, x)
+    predictions, simulated = exits.simulate(all_logits, thresholds)
+    assert torch.equal(simulated, taken) and torch.equal(predictions, logits.argmax(1))
+
+
+def test_save_load_keeps_exits_and_thresholds_and_takes_the_same_exits(tmp_path, small_data):
+    model = _model(with_exits(DEFAULT, "stages", 12))
+    x = small_data.val.x[:64]
+    with torch.no_grad():  # an untrained exit is unsure: a threshold at its median splits the batch
+        median = float(torch.softmax(model(x, exits=True)[0], 1).amax(1).median())
+    model.exit_thresholds = (median,)
+    logits, taken = model.adaptive(x)
+    loaded = load_model(save_model(model, tmp_path / "m.safetensors")).eval()
+    assert loaded.spec == model.spec and loaded.exit_thresholds == (median,)
+    again, taken_again = loaded.adaptive(x)
+    assert torch.equal(taken, taken_again) and torch.equal(logits, again)
+    assert 0 < int((taken == 0).sum()) < len(x)  # both ways taken, so the check means something
+
+
+def test_the_logged_model_answers_by_adaptive_inference(tracking, small_data, tmp_path):
+    from pipeline.logged_model import MODEL_ID_TAG, log_classifier, raw_images
+
+    model = _model(with_exits(DEFAULT, "stages", 12))
+    x = small_data.val.x[:32]
+    with torch.no_grad():
+        model.exit_thresholds = (float(torch.softmax(model(x, exits=True)[0], 1).amax(1).median()),)
+    with mlflow.start_run() as run:
+        log_classifier(model, small_data, "exits", tmp_path)
+    logged = mlflow.pyfunc.load_model(f"models:/{mlflow.get_run(run.info.run_id).data.tags[MODEL_ID_TAG]}")
+    probabilities = logged.predict(raw_images(small_data, x))
+    logits, _ = model.adaptive(x)
+    np.testing.assert_allclose(probabilities, torch.softmax(logits, 1).numpy(), atol=1e-3)
+
+
+# --- calibration and training ----------------------------------------------------------------
+
+
+def test_calibration_takes_the_lowest_threshold_within_the_allowed_loss():
+    """Exit 0 is right on its confident half and wrong elsewhere: a shared threshold that lets
+    only the confident half leave costs nothing, a lower one costs accuracy."""
+    n = 200
+    y = torch.zeros(n, dtype=torch.long)
+    head = torch.zeros(n, 3)
+    head[:, 0] = 5.0  # the head is always right
+    exit0 = torch.zeros(n, 3)
+    exit0[: n // 2, 0] = 6.0  # confident and right (max softmax ~0.995)
+    exit0[n // 2 :, 1] = 1.0  # unsure and wrong (max softmax ~0.58)
+    logits = torch.stack([exit0, head])
+    (t,) = exits.calibrate(logits, y, acc_loss_points=0.2)
+    predictions, taken = exits.simulate(logits, [t])
+    assert bool((predictions == y).all()) and (taken == 0).sum() == n // 2
+    (loose,) = exits.calibrate(logits, y, acc_loss_points=60)
+    assert loose < t
+
+
+def test_deep_supervision_trains_every_exit(small_data):
+    model = build_model(with_exits(validate(DEFAULT), "stages", 12)).train()
+    before = [p.detach().clone() for p in model.exits.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    stats = train_one_epoch(
+        model,
+        optimizer,
+        small_data.train,
+        torch.arange(256),
+        batch_size=64,
+        lr_at=lambda progress: 0.05,
+        epoch=0,
+        epochs=1,
+        global_step=0,
+        generator=torch.Generator().manual_seed(0),
+        exit_weights=(0.5,),
+    )
+    assert np.isfinite(stats.loss) and stats.examples == 256
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.exits.parameters()))
