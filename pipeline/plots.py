@@ -232,10 +232,13 @@ def exit_examples(model, test, tiers, data, path: Path, title: str = "") -> Path
             for j, i in enumerate(picks):
                 wrong = bool(predicted[i] != y[i])
                 ax.text(
-                    (j + 0.5) * width, images.shape[1] + 1, data.classes[int(predicted[i])][:9],
+                    (j + 0.5) * width, images.shape[1] + 1, data.classes[int(predicted[i])].split("/")[0],
                     ha="center", va="top", fontsize=6.5, color="tab:red" if wrong else "0.2",
                 )  # fmt: skip
-    fig.suptitle(title or "Where test examples leave", fontsize=11)
+    fig.suptitle(
+        f"{title or 'Where test examples leave'}\n(the prediction under each example; red: wrong)",
+        fontsize=11,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
