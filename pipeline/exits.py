@@ -11,7 +11,6 @@ validation split: the lowest confidence at which adaptive inference stays within
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -246,23 +245,5 @@ def exit_summary(
 
 
 @torch.no_grad()
-def latency_ms(model: SpecNet, x: torch.Tensor, batch_size: int, adaptive: bool, repeats: int = 3) -> float:
-    """Median over repeats of the eval-mode time per example (ms), plain forward or adaptive."""
-    if len(x) == 0:
-        return float("nan")
-    model.eval()
-    run = (lambda b: model.adaptive(b)) if adaptive else model
-    run(x[:batch_size])  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for b in range(0, len(x), batch_size):
-            run(x[b : b + batch_size])
-        if x.device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return 1000 * float(np.median(times)) / len(x)
-
-
 def exit_flops(model: SpecNet) -> list[int]:
     return exit_flops_per_example(model, model.spec.input_shape)
