@@ -56,6 +56,10 @@ class Diet(NamedTuple):
     order: str
     hold_back: float = 0.0
 
+    def dynamic_label(self) -> str:
+        """The diet's part of a dynamic run's name, with the pruning its pacing goes with."""
+        return name_label(self.pacing, self.order, curriculum_pruning(self.pacing), self.hold_back)
+
 
 # The noise preset's curricula hold back the hardest third (the hard tier's size): the score
 # step's loss finds 97% of wrong labels at 40% noise (AUC, 5,000-example probe), and 95% of its
@@ -474,7 +478,7 @@ def train_level(
                         baseline[final_json] = run_id
             for schedule in preset.schedules:
                 for diet in preset.curricula:
-                    label = name_label(*diet[:2], curriculum_pruning(diet.pacing), diet.hold_back)
+                    label = diet.dynamic_label()
                     runs.append(
                         step(
                             "train_dynamic",
@@ -487,7 +491,7 @@ def train_level(
                     )
                 twin = baseline.get(finals[schedule].to_json())
                 for diet in preset.equal_cost if twin and not length else ():
-                    label = name_label(*diet[:2], curriculum_pruning(diet.pacing), diet.hold_back)
+                    label = diet.dynamic_label()
                     runs.append(
                         step(
                             "train_dynamic",
