@@ -366,23 +366,19 @@ class Curriculum:
             n, held = self._check_size(None), self.held_back_count()
             mask = np.ones(n, dtype=bool)
             if held:
-                if order == "random":
-                    ranking = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed)).numpy()
-                else:
-                    sign = -1 if order == "anti" else 1
-                    ranking = np.lexsort([np.arange(n), sign * self.difficulty])
-                mask[ranking[n - held :]] = False
+                mask[self._rank(self.difficulty, None, order)[n - held :]] = False
             self._kept[order] = mask
         return self._kept[order]
 
-    def _rank(self, key: np.ndarray | None, tier: np.ndarray | None) -> np.ndarray:
+    def _rank(self, key: np.ndarray | None, tier: np.ndarray | None, order: str = "") -> np.ndarray:
         """Positions sorted by (tier, key, position) ascending, or by the fixed permutation for
-        the random order; ``anti`` negates the sort keys, ties still going to the lower position."""
-        n = self._check_size(None)
-        if self.order == "random":
+        the random order; ``anti`` negates the sort keys, ties still going to the lower position.
+        ``order``: another order than the curriculum's own."""
+        n, order = self._check_size(None), order or self.order
+        if order == "random":
             generator = torch.Generator().manual_seed(self.seed)
             return torch.randperm(n, generator=generator).numpy()
-        sign = -1 if self.order == "anti" else 1
+        sign = -1 if order == "anti" else 1
         keys = [np.arange(n)]  # np.lexsort sorts by the last key first
         if key is not None:
             keys.append(sign * key)
