@@ -54,6 +54,17 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     "rewarm": ({}, {}, {}, {"growth_rewarm": 0.05}),
     "aug+rewarm": ({"augment": "flip+shift"}, {}, {}, {"growth_rewarm": 0.05}),
     "early": ({}, {}, {"schedule": "early"}, {}),
+    # The easy examples never retire: medium and hard join on the tiers' way to the first
+    # growth (as by default), and from it on the grown network trains on every example, with
+    # loss-aware pruning from the growth (as by default) for the saving.
+    "keep": ({}, {"tier_boundaries": "1,2", "prune_from": 3}, {}, {}),
+    "keep+smooth": ({"label_smoothing": 0.1}, {"tier_boundaries": "1,2", "prune_from": 3}, {}, {}),
+    "keep+aug+smooth": (
+        {"augment": "flip+shift", "label_smoothing": 0.1},
+        {"tier_boundaries": "1,2", "prune_from": 3},
+        {},
+        {},
+    ),
     "aug+early": ({"augment": "flip+shift"}, {}, {"schedule": "early"}, {}),
     # Label noise (--label-noise): an easy-first linear pacing that never uses the hardest
     # third (mostly wrong labels), its random-order control, and the same without pruning
