@@ -59,6 +59,10 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     # loss-aware pruning from the growth (as by default) for the saving.
     "keep": ({}, {"tier_boundaries": "1,2", "prune_from": 3}, {}, {}),
     "keep+smooth": ({"label_smoothing": 0.1}, {"tier_boundaries": "1,2", "prune_from": 3}, {}, {}),
+    # New layers start as random layers instead of as identities (function-preserving growth):
+    # does the grown network's ceiling come from the start network's basin?
+    "random-init": ({}, {}, {"growth_init": "random"}, {}),
+    "keep+random-init": ({}, {"tier_boundaries": "1,2", "prune_from": 3}, {"growth_init": "random"}, {}),
     "keep+aug+smooth": (
         {"augment": "flip+shift", "label_smoothing": 0.1},
         {"tier_boundaries": "1,2", "prune_from": 3},
