@@ -17,14 +17,14 @@ A schedule is data. ``parse_schedule`` accepts three forms:
       args     := value ("," value)*  [ "," key "=" value ... ]   (positional values first)
       POSITION := "after:" ID | "before:" ID | "head"
 
-  Positional values fill the type's fields in the order of ``LAYER_FIELDS``
-  (conv: out_channels, kernel_size; pool: kind, size; dropout: p; fc: out_features;
-  residual: kernel_size). Example: ``3:conv(64)@after:pool1;5:res1=residual@after:pool2;7:dropout(0.3)``.
+  Positional values fill the type's fields in the order of its ``LayerType.fields``
+  (models/layers/; conv: out_channels, kernel_size; pool: kind, size; dropout: p; fc:
+  out_features). Example: ``3:conv(64)@after:pool1;5:res1=residual@after:pool2;7:dropout(0.3)``.
 
-Without a position, feature-map layers (conv, residual, batchnorm, pool) go after the last
-feature-map layer (before the first fc), and fc and dropout go just before the head. Without an
-id, one is generated from the type: conv2, pool2, res1, bn1, drop1, fc2 (one past the highest
-number in use).
+Without a position, feature-map layers (``LayerType.feature_map``: conv, pool, ...) go after
+the last feature-map layer (before the first fc), and the others (fc, dropout) just before the
+head. Without an id, one is generated from the type's ``id_prefix``: conv2, pool2, res1, drop1
+(one past the highest number in use).
 
 ``grow`` keeps every module whose ``layer_signature`` is unchanged (the same parameter objects,
 so optimizer state stays attached). With ``init="preserve"`` the new layer starts as an identity
@@ -49,29 +49,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.builder import SpecNet, count_parameters, layer_signature, make_exit, make_head, make_layer
-from models.spec import (
-    HEAD_ID,
-    LAYER_FIELDS,
-    LAYER_TYPES,
-    ArchSpec,
-    SpecError,
-    exit_shapes,
-    infer_shapes,
-    layer_output_shape,
-    normalise_layer,
-)
+from models.layers import LAYER_TYPES, LAYERS, widen_linear
+from models.spec import HEAD_ID, ArchSpec, SpecError, exit_shapes, infer_shapes, normalise_layer
 
 GROWTH_INITS = ("preserve", "random")
-# Types that work on feature maps and so, by default, join the convolutional part.
-FEATURE_MAP_TYPES = ("conv", "residual", "batchnorm", "pool")
-ID_PREFIXES = {
-    "conv": "conv",
-    "pool": "pool",
-    "dropout": "drop",
-    "fc": "fc",
-    "batchnorm": "bn",
-    "residual": "res",
-}
 
 
 class GrowthError(ValueError):
@@ -166,11 +147,11 @@ def _parse_compact_event(text: str) -> GrowthEvent:
             "e.g. 3:conv(64)@after:pool1"
         )
     kind = match["type"]
-    if kind not in LAYER_FIELDS:
+    if kind not in LAYERS:
         raise GrowthError(
             f"growth event {text.strip()!r}: unknown layer type {kind!r} (known: {', '.join(LAYER_TYPES)})"
         )
-    names = list(LAYER_FIELDS[kind])
+    names = list(LAYERS[kind].fields)
     layer: dict[str, Any] = {"type": kind}
     args = [a.strip() for a in (match["args"] or "").split(",") if a.strip()]
     for i, arg in enumerate(args):
@@ -354,7 +335,7 @@ def _fail(event: GrowthEvent, problem: str) -> GrowthError:
 
 
 def _new_id(spec: ArchSpec, kind: str) -> str:
-    prefix = ID_PREFIXES.get(kind, kind)
+    prefix = LAYERS[kind].id_prefix
     numbers = [int(m[1]) for lid in spec.layer_ids() if (m := re.fullmatch(rf"{prefix}(\d+)", lid))]
     return f"{prefix}{max(numbers, default=0) + 1}"
 
@@ -363,7 +344,7 @@ def _index(spec: ArchSpec, layer: dict, event: GrowthEvent) -> int:
     ids = spec.layer_ids()
     position = event.position
     if position is None:
-        if layer["type"] in FEATURE_MAP_TYPES:
+        if LAYERS[layer["type"]].feature_map:
             fcs = [i for i, lay in enumerate(spec.layers) if lay["type"] == "fc"]
             return fcs[0] if fcs else len(ids)
         return len(ids)
@@ -380,7 +361,7 @@ def _index(spec: ArchSpec, layer: dict, event: GrowthEvent) -> int:
 
 
 def _insert(spec: ArchSpec, event: GrowthEvent) -> tuple[ArchSpec, int]:
-    if event.type not in LAYER_FIELDS:
+    if event.type not in LAYERS:
         raise _fail(event, f"unknown layer type {event.type!r} (known: {', '.join(LAYER_TYPES)})")
     layer_id = event.id or _new_id(spec, event.type)
     if layer_id in spec.layer_ids():
@@ -448,110 +429,17 @@ def validate_schedule(start: ArchSpec, events: Sequence[GrowthEvent], epochs: in
 
 
 def output_nonnegative(spec: ArchSpec) -> list[bool]:
-    """Whether each layer's output is known to be >= 0, which is what lets a ReLU layer be an identity.
-
-    Conv, fc and residual end with a ReLU; pool and dropout keep their input's sign; batchnorm
-    and the (normalised) input may be negative.
-    """
+    """Whether each layer's output is known to be >= 0, which is what lets a ReLU layer be an
+    identity (``LayerType.nonneg``); the (normalised) input may be negative."""
     nonneg, out = False, []
     for layer in spec.layers:
-        if layer["type"] in ("conv", "fc", "residual"):
-            nonneg = True
-        elif layer["type"] == "batchnorm":
-            nonneg = False
+        sign = LAYERS[layer["type"]].nonneg
+        nonneg = nonneg if sign is None else sign
         out.append(nonneg)
     return out
 
 
 # --- growing a model ---------------------------------------------------------------------
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    return math.prod(shape)
-
-
-@torch.no_grad()
-def _init_identity(module: nn.Module, layer: dict, in_shape: tuple[int, ...], nonneg_in: bool) -> bool:
-    """Make a freshly built layer an identity in eval mode where possible; False where it cannot be.
-
-    Outputs beyond the input's channels (features) keep their random init; the caller zeroes
-    what reads them downstream.
-    """
-    kind = layer["type"]
-    if kind == "dropout":
-        return True
-    if kind == "pool":  # a pool of size 1 is the only one that keeps the map
-        return layer_output_shape(layer, in_shape) == tuple(in_shape)
-    if kind == "batchnorm":
-        module.weight.fill_(1.0)
-        module.bias.zero_()
-        module.running_mean.zero_()
-        module.running_var.fill_(1.0 - module.eps)  # (x - 0) / sqrt(1 - eps + eps) = x
-        return True
-    if not nonneg_in:  # the layer ends with a ReLU, which would clip a negative input
-        return False
-    if kind == "residual":  # relu(x + 0 * bn2(...)) = x for x >= 0 (zero-gamma, Goyal et al. 2017)
-        module.bn2.weight.zero_()
-        return True
-    if kind == "conv":
-        weight, channels = module.conv.weight, in_shape[0]  # (out, in, k, k)
-        if weight.shape[0] < channels:
-            return False
-        centre = weight.shape[-1] // 2
-        weight[:channels].zero_()
-        weight[range(channels), range(channels), centre, centre] = 1.0
-        module.conv.bias[:channels].zero_()
-        return True
-    if kind == "fc":
-        weight, features = module.linear.weight, _numel(in_shape)  # (out, in)
-        if weight.shape[0] < features:
-            return False
-        weight[:features].zero_()
-        weight[range(features), range(features)] = 1.0
-        module.linear.bias[:features].zero_()
-        return True
-    return False
-
-
-def _copy_batchnorm(old: nn.Module, new: nn.Module, channels: int) -> None:
-    for name in ("weight", "bias", "running_mean", "running_var"):
-        getattr(new, name)[:channels] = getattr(old, name)
-    new.num_batches_tracked.copy_(old.num_batches_tracked)
-
-
-@torch.no_grad()
-def _widen(old: nn.Module, new: nn.Module, kind: str, old_in: tuple, new_in: tuple) -> bool:
-    """Fill ``new`` (input ``new_in``) from ``old`` (input ``old_in``) when the new input is the old one
-    plus trailing channels or features: the old ones pass through unchanged and nothing reads the
-    new ones. False when the change is not such a widening."""
-    if kind in ("pool", "dropout"):  # no parameters; they act per channel (per element)
-        return True
-    if kind in ("fc", HEAD_ID):  # flattening is channel-major, so old features come first
-        features = _numel(old_in)
-        if _numel(new_in) < features:
-            return False
-        new.linear.weight[:, :features] = old.linear.weight
-        new.linear.weight[:, features:] = 0.0
-        new.linear.bias.copy_(old.linear.bias)
-        return True
-    if len(old_in) != len(new_in) or old_in[1:] != new_in[1:] or new_in[0] < old_in[0]:
-        return False
-    channels = old_in[0]
-    if kind == "conv":
-        new.conv.weight[:, :channels] = old.conv.weight
-        new.conv.weight[:, channels:] = 0.0
-        new.conv.bias.copy_(old.conv.bias)
-    elif kind == "batchnorm":
-        _copy_batchnorm(old, new, channels)
-    elif kind == "residual":  # old channels read only old channels, in both convs
-        for name in ("conv1", "conv2"):
-            getattr(new, name).weight[:channels, :channels] = getattr(old, name).weight
-            getattr(new, name).weight[:channels, channels:] = 0.0
-        _copy_batchnorm(old.bn1, new.bn1, channels)
-        _copy_batchnorm(old.bn2, new.bn2, channels)
-    else:
-        return False
-    return True
 
 
 def _assemble(
@@ -572,7 +460,7 @@ def grow(model: SpecNet, event: GrowthEvent, init: str = "preserve") -> tuple[Sp
     layers are new modules on the model's device and dtype.
 
     ``init="preserve"`` makes the new layer an identity in eval mode where the network allows it
-    (see ``_init_identity``); extra channels or features start random and the layer that reads
+    (see ``LayerType.identity``); extra channels or features start random and the layer that reads
     them gets zero weights for them, so the function is kept while they can learn. A layer
     whose input changed in any other way (a pool shrank the map, a layer narrowed it, an input
     that may be negative meets a ReLU) is re-initialised and ``preserved`` is False.
@@ -595,7 +483,7 @@ def grow(model: SpecNet, event: GrowthEvent, init: str = "preserve") -> tuple[Sp
     new_module = fresh(layer, new_in[index])
     if init == "preserve":
         nonneg_in = index > 0 and output_nonnegative(spec)[index - 1]
-        preserved = _init_identity(new_module, layer, new_in[index], nonneg_in)
+        preserved = LAYERS[layer["type"]].identity(new_module, layer, new_in[index], nonneg_in)
     else:
         preserved = layer["type"] == "dropout"  # the identity in eval mode whatever its init
     modules, reinitialised, widened = {layer["id"]: new_module}, [], []
@@ -611,11 +499,10 @@ def grow(model: SpecNet, event: GrowthEvent, init: str = "preserve") -> tuple[Sp
             modules[lid] = model.layers[lid]
             continue
         modules[lid] = fresh(lay, in_shape)
-        kind = lay["type"] if lay is not None else HEAD_ID
+        widen = LAYERS[lay["type"]].widen if lay is not None else widen_linear
         # Only a preserving new layer changes shapes by pure widening; after anything else, or
         # once the chain is broken, the old weights would read different features.
-        old = model.layers[lid]
-        if init == "preserve" and preserved and _widen(old, modules[lid], kind, old_in[lid], in_shape):
+        if init == "preserve" and preserved and widen(model.layers[lid], modules[lid], old_in[lid], in_shape):
             widened.append(lid)
         else:
             reinitialised.append(lid)

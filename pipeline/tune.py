@@ -97,7 +97,7 @@ class SpaceConfig:
     growth_init: str = opt("preserve", "preserve (function-preserving where possible) or random")
     max_events: int = opt(4, "most growth events a trial's schedule may have (0 .. this many)")
     layer_types: str = opt(
-        "conv,pool,dropout,fc,batchnorm,residual", "layer types a growth event may add (comma-separated)"
+        search_space.DEFAULT_LAYER_TYPES, "layer types a growth event may add (comma-separated)"
     )
     pacings: str = opt(
         "none,tiers,linear,root", "curriculum pacings to search; without difficulty scores only none is kept"

@@ -29,9 +29,9 @@ from models.growth import (
     spec_at_epoch,
     validate_schedule,
 )
+from models.layers import LAYER_TYPES
 from models.spec import (
     HEAD_ID,
-    LAYER_TYPES,
     ArchSpec,
     SpecError,
     infer_shapes,

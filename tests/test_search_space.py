@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from models.builder import build_model
 from models.growth import GrowthError, grow, parse_schedule
-from models.spec import LAYER_TYPES, resolve_spec
+from models.layers import LAYER_TYPES, LAYERS
+from models.spec import resolve_spec
 from pipeline import search_space
 from pipeline.curriculum import CURRICULUM_PACINGS
 from pipeline.training import ConfigError
@@ -95,9 +96,9 @@ def space_points(draw) -> dict:
         params[f"growth{k}_epoch"] = draw(st.integers(1, SPACE.epochs - 1))
         # Pools are drawn often, so schedules with too many of them are common here.
         params[f"growth{k}_layer"] = draw(st.sampled_from(("pool", "pool", *LAYER_TYPES)))
-        params[f"growth{k}_channels"] = draw(st.sampled_from(search_space.CONV_CHANNELS))
-        params[f"growth{k}_features"] = draw(st.sampled_from(search_space.FC_FEATURES))
-        params[f"growth{k}_p"] = draw(st.floats(*search_space.DROPOUT_P))
+        for search in {kind.search.param: kind.search for kind in LAYERS.values() if kind.search}.values():
+            sizes = st.floats(*search.span) if search.span else st.sampled_from(search.choices)
+            params[f"growth{k}_{search.param}"] = draw(sizes)
     return params
 
 
