@@ -81,7 +81,7 @@ def check_grown(before: SpecNet, after: SpecNet) -> None:
 
 
 def layer_fields(draw, kind: str) -> dict:
-    if kind == "conv":
+    if kind in ("conv", "sepconv"):
         return {"out_channels": draw(st.integers(1, 6)), "kernel_size": draw(st.sampled_from([1, 3]))}
     if kind == "pool":
         return {"kind": draw(st.sampled_from(["max", "avg"])), "size": draw(st.integers(1, 2))}
@@ -100,7 +100,10 @@ def start_specs(draw) -> ArchSpec:
     input_shape, layers = shape, []
     kinds = ["conv"] if draw(st.integers(0, 3)) else []  # as most real specs start
     kinds += draw(
-        st.lists(st.sampled_from(["conv", "conv", "pool", "batchnorm", "residual", "dropout"]), max_size=3)
+        st.lists(
+            st.sampled_from(["conv", "conv", "pool", "batchnorm", "residual", "dropout", "sepconv"]),
+            max_size=3,
+        )
     )
     if draw(st.booleans()):
         kinds += ["fc", *draw(st.lists(st.sampled_from(["fc", "dropout", "batchnorm"]), max_size=2))]
@@ -115,7 +118,12 @@ def start_specs(draw) -> ArchSpec:
 
 
 # Fields that fit anywhere the type can go, to find the positions open to it.
-PROBE_FIELDS = {"conv": {"out_channels": 1}, "fc": {"out_features": 1}, "pool": {"size": 1}}
+PROBE_FIELDS = {
+    "conv": {"out_channels": 1},
+    "sepconv": {"out_channels": 1},
+    "fc": {"out_features": 1},
+    "pool": {"size": 1},
+}
 
 
 @st.composite
@@ -136,9 +144,9 @@ def events_for(draw, spec: ArchSpec) -> GrowthEvent:
     position = draw(st.sampled_from(list(where)))
     in_shape = infer_shapes(spec)[where[position]]
     fields = layer_fields(draw, kind)
-    if kind == "conv":
+    if "out_channels" in fields:
         fields["out_channels"] = draw(st.sampled_from([in_shape[0], in_shape[0] + 2, fields["out_channels"]]))
-    elif kind == "fc":
+    elif "out_features" in fields:
         features = math.prod(in_shape)
         fields["out_features"] = draw(st.sampled_from([features, features + 3, fields["out_features"]]))
     layer_id = draw(st.sampled_from([None, f"g{len(ids)}"]))
@@ -202,6 +210,16 @@ WITH_RESIDUAL = ArchSpec(
     ),
 )
 DEFAULT = resolve_spec("default", (1, 8, 8), 10)  # conv1 pool1 conv2 pool2 res1 fc1 drop1
+WITH_SEPCONV = ArchSpec(
+    (1, 8, 8),
+    10,
+    (
+        {"id": "conv1", "type": "conv", "out_channels": 4},
+        {"id": "sep1", "type": "sepconv", "out_channels": 8},
+        {"id": "pool1", "type": "pool"},
+        {"id": "fc1", "type": "fc", "out_features": 16},
+    ),
+)
 NO_FC = ArchSpec(
     (1, 4, 4), 3, ({"id": "conv1", "type": "conv", "out_channels": 2}, {"id": "pool1", "type": "pool"})
 )
@@ -232,6 +250,11 @@ NO_FC = ArchSpec(
             ["res1", "bn1", "fc1"],
         ),  # pool1 has no weights: reused
         (DEFAULT, "1:conv(48)@after:pool1", True, [], ["conv2"]),  # conv2 ignores the 16 extra channels
+        (SMALL, "1:sepconv(32)@after:pool1", True, [], []),
+        (SMALL, "1:sepconv(48,5)@after:pool1", True, [], ["fc1"]),  # extra channels: fc1 columns zeroed
+        (SMALL, "1:sepconv(16)@after:pool1", False, ["fc1"], []),  # narrower: cannot keep all channels
+        (WITH_SEPCONV, "1:conv(6)@after:conv1", True, [], ["sep1"]),  # sep1 ignores the 2 extra channels
+        (WITH_SEPCONV, "1:sepconv(1)@before:conv1", False, [], []),  # raw input may be negative
         (WITH_RESIDUAL, "1:residual@after:bn1", False, [], []),  # after a batchnorm: may be negative
         (WITH_RESIDUAL, "1:conv(4)@after:bn1", False, [], []),
     ],
@@ -452,3 +475,9 @@ def test_events_due_brings_the_next_event_forward_on_a_plateau():
     assert events_due(events, 1, 4) == events[1:2]
     assert events_due(events, 0, 9) == events
     assert events_due(events, 3, 9, plateau=True) == []
+
+
+def test_a_sepconv_event_joins_the_feature_maps_with_a_generated_id_and_a_conv_shape():
+    spec = final_spec(SMALL, parse_schedule("1:sepconv(24,5)"))
+    assert spec.layer_ids() == ["conv1", "pool1", "sep1", "fc1"]
+    assert infer_shapes(spec)[3] == (24, 4, 4)  # fc1 reads sep1's 24 channels at pool1's 4x4

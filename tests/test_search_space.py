@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.builder import build_model
-from models.growth import GrowthError, grow, parse_schedule
+from models.growth import GrowthError, GrowthEvent, grow, parse_schedule
 from models.layers import LAYER_TYPES, LAYERS
 from models.spec import resolve_spec
 from pipeline import search_space
@@ -157,3 +157,15 @@ def test_describe_names_each_layer_with_its_size():
         4,
     )
     assert search_space.describe(final) == "conv1(32) pool1 pool2 conv2(64) fc1(128) drop1(0.3)"
+
+
+def test_sepconv_is_searched_only_when_asked_with_the_conv_channel_choices():
+    assert "sepconv" in LAYER_TYPES and "sepconv" not in search_space.DEFAULT_LAYER_TYPES.split(",")
+    space = search_space.SearchSpace(4, 1, ("sepconv",), ("none",), 0.05, 0.05).validate()
+    trial = optuna.trial.FixedTrial(
+        {"n_growth": 1, "growth1_epoch": 2, "growth1_layer": "sepconv", "growth1_channels": 64}
+    )
+    candidate = search_space.suggest(trial, space)
+    assert candidate.events == (GrowthEvent(2, {"type": "sepconv", "out_channels": 64}),)
+    final = search_space.check(candidate, START, 4)
+    assert search_space.describe(final) == "conv1(32) pool1 pool2 sep1(64) fc1(128)"

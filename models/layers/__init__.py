@@ -19,9 +19,10 @@ from models.layers.dropout import DROPOUT
 from models.layers.fc import FC, LinearLayer, widen_linear
 from models.layers.pool import POOL
 from models.layers.residual import RESIDUAL
+from models.layers.sepconv import SEPCONV
 
 __all__ = ["LAYERS", "LAYER_TYPES", "LayerType", "LinearLayer", "Search", "SpecError", "widen_linear"]
 
 # The order is the one error messages and tune's default --layer-types list them in.
-LAYERS: dict[str, LayerType] = {t.name: t for t in (CONV, POOL, DROPOUT, FC, BATCHNORM, RESIDUAL)}
+LAYERS: dict[str, LayerType] = {t.name: t for t in (CONV, POOL, DROPOUT, FC, BATCHNORM, RESIDUAL, SEPCONV)}
 LAYER_TYPES = tuple(LAYERS)
