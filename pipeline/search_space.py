@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import optuna
 
-from models.growth import GrowthEvent, validate_schedule
 from models.layers import LAYER_TYPES, LAYERS
+from models.schedule import GrowthEvent, validate_schedule
 from models.spec import ArchSpec
 from pipeline.curriculum import CURRICULUM_PACINGS, PACINGS
 from pipeline.training import ConfigError

@@ -22,8 +22,8 @@ import pandas as pd
 import torch
 
 from models.flops import flops_per_example
-from models.growth import apply_event
 from models.io import save_model
+from models.schedule import apply_event
 from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
 from pipeline import exits, plots
 from pipeline.cli import opt, option_name

@@ -533,8 +533,8 @@ def scratch_dir() -> Iterator[Path]:
 # Only the project's own types, raised where input is checked: a ValueError from anywhere else
 # is a bug and keeps its traceback (exit 1).
 def user_errors() -> tuple[type[BaseException], ...]:
-    from models.growth import GrowthError
     from models.io import ModelFileError
+    from models.schedule import GrowthError
     from models.spec import SpecError
     from pipeline.curriculum import CurriculumError
     from pipeline.data import DataError

@@ -19,7 +19,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from models.growth import GrowthError, validate_schedule
+from models.schedule import GrowthError, validate_schedule
 from models.spec import resolve_spec
 from pipeline import search_space, study_report
 from pipeline.budget import scale_epoch

@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.builder import build_model
-from models.growth import GrowthError, GrowthEvent, grow, parse_schedule
+from models.growth import grow
 from models.layers import LAYER_TYPES, LAYERS
+from models.schedule import GrowthError, GrowthEvent, parse_schedule
 from models.spec import resolve_spec
 from pipeline import search_space
 from pipeline.curriculum import CURRICULUM_PACINGS
