@@ -17,6 +17,7 @@ parameters are ``exits.<exit id>.<layer id>.…``. Exits run in the order of the
 from __future__ import annotations
 
 import json
+import math
 import re
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -238,17 +239,19 @@ def spec_size(spec: ArchSpec) -> SpecSize:
     from shapes alone: nothing is allocated, so a spec of 10^12 parameters is measured safely."""
     shapes = infer_shapes(spec)
     counts: list[tuple[str, int]] = []
-    activations = _numel(spec.input_shape)
+    activations = math.prod(spec.input_shape)
     for layer, in_shape, out_shape in zip(spec.layers, shapes, shapes[1:]):
         counts.append((layer["id"], LAYERS[layer["type"]].params(layer, in_shape)))
-        activations += LAYERS[layer["type"]].activations * _numel(out_shape)
-    counts.append((HEAD_ID, _numel(shapes[-1]) * spec.num_classes + spec.num_classes))
+        activations += LAYERS[layer["type"]].activations * math.prod(out_shape)
+    counts.append((HEAD_ID, math.prod(shapes[-1]) * spec.num_classes + spec.num_classes))
     activations += spec.num_classes
     for entry, inner in zip(spec.exits, exit_shapes(spec, shapes)):
         for layer, in_shape, out_shape in zip(entry["layers"], inner, inner[1:]):
             counts.append((f"{entry['id']}.{layer['id']}", LAYERS[layer["type"]].params(layer, in_shape)))
-            activations += LAYERS[layer["type"]].activations * _numel(out_shape)
-        counts.append((f"{entry['id']}.{HEAD_ID}", _numel(inner[-1]) * spec.num_classes + spec.num_classes))
+            activations += LAYERS[layer["type"]].activations * math.prod(out_shape)
+        counts.append(
+            (f"{entry['id']}.{HEAD_ID}", math.prod(inner[-1]) * spec.num_classes + spec.num_classes)
+        )
         activations += spec.num_classes
     return SpecSize(sum(n for _, n in counts), activations, max(counts, key=lambda item: item[1]))
 
@@ -295,13 +298,6 @@ def check_size(
             "allowed by --max-memory-gb; make the layers or --batch-size smaller, or raise it"
         )
     return size
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for v in shape:
-        n *= v
-    return n
 
 
 # --- named specs -------------------------------------------------------------------------
