@@ -2,8 +2,8 @@
 
 A spec is an ordered list of layers, each a dict with a stable ``id`` and a ``type``; the
 classifier head (a linear layer to ``num_classes``) is implicit and always last, with id
-``head``. Convolutional layers (conv, pool, batchnorm, residual) work on feature maps; the
-first ``fc`` flattens, after which only fc, dropout and batchnorm may follow.
+``head``. The layer types, their fields and shapes are ``LAYERS`` in models/layers/; the
+first ``fc`` flattens, after which no layer that needs a feature map may follow.
 
 Every parameter name of a built model is ``layers.<id>.…``, so a model grown layer by layer
 and a model built from its final spec share names and shapes.
@@ -17,32 +17,17 @@ parameters are ``exits.<exit id>.<layer id>.…``. Exits run in the order of the
 from __future__ import annotations
 
 import json
+import math
 import re
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from models.layers import LAYER_TYPES, LAYERS, SpecError
 
 HEAD_ID = "head"
-
-# Each type's fields and defaults; ``None`` means required. Kept beside the type so that the
-# validator, the builder and the CLI help all read the same table.
-LAYER_FIELDS: dict[str, dict[str, Any]] = {
-    "conv": {"out_channels": None, "kernel_size": 3},
-    "pool": {"kind": "max", "size": 2},
-    "dropout": {"p": 0.25},
-    "fc": {"out_features": None},
-    "batchnorm": {},
-    "residual": {"kernel_size": 3},
-}
-LAYER_TYPES = tuple(LAYER_FIELDS)
-POOL_KINDS = ("max", "avg")
 # Ids become module names (``layers.<id>.weight``), so they must be valid attribute names.
 _ID_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
-
-
-class SpecError(ValueError):
-    """A spec that cannot be built; the message names the layer and the reason."""
 
 
 @dataclass(frozen=True)
@@ -112,9 +97,9 @@ def normalise_layer(layer: dict) -> dict:
         raise SpecError(f"layer id {layer_id!r} must be letters, digits and underscores")
     if layer_id == HEAD_ID:
         raise SpecError(f"layer id {HEAD_ID!r} is reserved for the classifier head")
-    if kind not in LAYER_FIELDS:
+    if kind not in LAYERS:
         raise SpecError(f"layer {layer_id!r}: unknown layer type {kind!r} (known: {', '.join(LAYER_TYPES)})")
-    fields = LAYER_FIELDS[kind]
+    fields = LAYERS[kind].fields
     unknown = set(layer) - set(fields) - {"id", "type"}
     if unknown:
         raise SpecError(f"layer {layer_id!r}: unknown field(s) {', '.join(sorted(unknown))} for {kind}")
@@ -151,47 +136,11 @@ def normalise_exit(entry: dict) -> dict:
     return {"id": exit_id, "after": after, "layers": normalised}
 
 
-def _positive_int(layer: dict, name: str) -> int:
-    value = layer[name]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise SpecError(f"layer {layer['id']!r}: {name} must be a positive integer, got {value!r}")
-    return value
-
-
 def layer_output_shape(layer: dict, in_shape: tuple[int, ...]) -> tuple[int, ...]:
     """Shape after ``layer`` for an input of ``in_shape`` ((C, H, W) or (F,)); raises SpecError."""
-    lid, kind = layer["id"], layer["type"]
-    spatial = len(in_shape) == 3
-    if kind in ("conv", "residual", "pool") and not spatial:
-        raise SpecError(f"layer {lid!r}: {kind} cannot follow a fully connected layer")
-    if kind == "conv":
-        k = _positive_int(layer, "kernel_size")
-        if k % 2 == 0:
-            raise SpecError(f"layer {lid!r}: kernel_size must be odd to keep the map size, got {k}")
-        return (_positive_int(layer, "out_channels"), in_shape[1], in_shape[2])
-    if kind == "residual":
-        k = _positive_int(layer, "kernel_size")
-        if k % 2 == 0:
-            raise SpecError(f"layer {lid!r}: kernel_size must be odd to keep the map size, got {k}")
-        return in_shape
-    if kind == "pool":
-        if layer["kind"] not in POOL_KINDS:
-            raise SpecError(f"layer {lid!r}: pool kind must be one of {POOL_KINDS}, got {layer['kind']!r}")
-        size = _positive_int(layer, "size")
-        c, h, w = in_shape
-        if h // size < 1 or w // size < 1:
-            raise SpecError(f"layer {lid!r}: pool of size {size} would shrink the {h}x{w} map below 1x1")
-        return (c, h // size, w // size)
-    if kind == "dropout":
-        p = layer["p"]
-        if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0.0 <= p < 1.0:
-            raise SpecError(f"layer {lid!r}: dropout p must be in [0, 1), got {p!r}")
-        return in_shape
-    if kind == "fc":
-        return (_positive_int(layer, "out_features"),)
-    if kind == "batchnorm":
-        return in_shape
-    raise SpecError(f"layer {lid!r}: unknown layer type {kind!r}")
+    if layer["type"] not in LAYERS:
+        raise SpecError(f"layer {layer['id']!r}: unknown layer type {layer['type']!r}")
+    return LAYERS[layer["type"]].output_shape(layer, in_shape)
 
 
 def infer_shapes(spec: ArchSpec) -> list[tuple[int, ...]]:
@@ -273,12 +222,6 @@ def validate(spec: ArchSpec) -> ArchSpec:
 
 # --- size ----------------------------------------------------------------------------------
 
-# Floats each layer keeps per output element for the backward pass: ConvLayer keeps the conv
-# and the ReLU outputs, ResidualLayer two convs, two batchnorms, the sum and two ReLUs, a
-# dropout its output and mask. An estimate within a small factor, enough to refuse a network
-# that cannot fit long before allocating it.
-ACTIVATIONS_PER_OUTPUT = {"conv": 2, "residual": 7, "pool": 1, "dropout": 2, "fc": 2, "batchnorm": 1}
-
 
 @dataclass(frozen=True)
 class SpecSize:
@@ -296,33 +239,21 @@ def spec_size(spec: ArchSpec) -> SpecSize:
     from shapes alone: nothing is allocated, so a spec of 10^12 parameters is measured safely."""
     shapes = infer_shapes(spec)
     counts: list[tuple[str, int]] = []
-    activations = _numel(spec.input_shape)
+    activations = math.prod(spec.input_shape)
     for layer, in_shape, out_shape in zip(spec.layers, shapes, shapes[1:]):
-        counts.append((layer["id"], _layer_params(layer, in_shape)))
-        activations += ACTIVATIONS_PER_OUTPUT[layer["type"]] * _numel(out_shape)
-    counts.append((HEAD_ID, _numel(shapes[-1]) * spec.num_classes + spec.num_classes))
+        counts.append((layer["id"], LAYERS[layer["type"]].params(layer, in_shape)))
+        activations += LAYERS[layer["type"]].activations * math.prod(out_shape)
+    counts.append((HEAD_ID, math.prod(shapes[-1]) * spec.num_classes + spec.num_classes))
     activations += spec.num_classes
     for entry, inner in zip(spec.exits, exit_shapes(spec, shapes)):
         for layer, in_shape, out_shape in zip(entry["layers"], inner, inner[1:]):
-            counts.append((f"{entry['id']}.{layer['id']}", _layer_params(layer, in_shape)))
-            activations += ACTIVATIONS_PER_OUTPUT[layer["type"]] * _numel(out_shape)
-        counts.append((f"{entry['id']}.{HEAD_ID}", _numel(inner[-1]) * spec.num_classes + spec.num_classes))
+            counts.append((f"{entry['id']}.{layer['id']}", LAYERS[layer["type"]].params(layer, in_shape)))
+            activations += LAYERS[layer["type"]].activations * math.prod(out_shape)
+        counts.append(
+            (f"{entry['id']}.{HEAD_ID}", math.prod(inner[-1]) * spec.num_classes + spec.num_classes)
+        )
         activations += spec.num_classes
     return SpecSize(sum(n for _, n in counts), activations, max(counts, key=lambda item: item[1]))
-
-
-def _layer_params(layer: dict, in_shape: tuple[int, ...]) -> int:
-    kind, c = layer["type"], in_shape[0]
-    if kind == "conv":
-        k = layer["kernel_size"]
-        return c * layer["out_channels"] * k * k + layer["out_channels"]
-    if kind == "residual":
-        return 2 * c * c * layer["kernel_size"] ** 2 + 4 * c  # two bias-free convs, two batchnorms
-    if kind == "fc":
-        return _numel(in_shape) * layer["out_features"] + layer["out_features"]
-    if kind == "batchnorm":
-        return 2 * c
-    return 0
 
 
 @dataclass(frozen=True)
@@ -367,13 +298,6 @@ def check_size(
             "allowed by --max-memory-gb; make the layers or --batch-size smaller, or raise it"
         )
     return size
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for v in shape:
-        n *= v
-    return n
 
 
 # --- named specs -------------------------------------------------------------------------

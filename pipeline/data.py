@@ -10,6 +10,7 @@ tuning never do.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import hashlib
@@ -140,6 +141,11 @@ class Data:
         if self.test is not None:
             out["test"] = len(self.test)
         return out
+
+    def to(self, device: torch.device | str) -> Data:
+        """What a training loop reads, on ``device``: train and val moved, the test split left
+        behind (None), since training never reads it and it would only take device memory."""
+        return dataclasses.replace(self, train=self.train.to(device), val=self.val.to(device), test=None)
 
 
 @dataclass(frozen=True)

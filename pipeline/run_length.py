@@ -18,7 +18,7 @@ import torch
 
 from models.builder import build_model
 from models.flops import flops_per_example
-from models.growth import NAMED_SCHEDULES, GrowthEvent, named_schedule, parse_schedule, spec_at_epoch
+from models.schedule import NAMED_SCHEDULES, GrowthEvent, named_schedule, parse_schedule, spec_at_epoch
 from models.spec import ArchSpec
 from pipeline.budget import (
     PRUNED_SHARE_PLANNED,

@@ -341,10 +341,8 @@ def cross_fit(
     all_folds = [f for r in range(repeats) for f in make_folds(data.train.y, folds, r, seed)]
     check_folds(all_folds, len(data.train))
     ledger = CrossFitLedger(all_folds, data.sizes(), model_scorers)
-    train, val = data.train.to(device), data.val.to(device)
-    on_device = Data(
-        data.name, data.classes, train, val, None, data.source_digest, data.digest, data.mean, data.std
-    )
+    on_device = data.to(device)
+    train = on_device.train
     others = {name: data.split(name).to(device) for name in data.sizes() if name != "train"}
     early = {}  # epochs -> scorers read after that many epochs
     for scorer in model_scorers:

@@ -9,8 +9,10 @@ The schedule has ``n_growth`` events (0 .. ``max_events``), one per slot ``growt
 layer type and the epoch before which it is inserted. Slots are applied in order of their
 epochs (ties keep slot order), so any draw of epochs is a valid order. Layers go to their
 type's default place: feature-map layers (conv, pool, batchnorm, residual) after the last of
-those, fc and dropout just before the head. Each type's size is searched where it has one
-(conv channels, fc features, dropout p). The one invalid kind left in this space is a
+those, fc and dropout just before the head. Each type's size is searched where its entry in
+models/layers/ has a ``Search`` (conv channels, fc features, dropout p), from a small set
+rather than a range: the networks are small, and a categorical choice keeps every trial's
+architecture one of a few comparable widths. The one invalid kind left in this space is a
 schedule with more pools than the input can halve (28x28 takes 4 halvings; minimal uses two).
 
 Parameter names are stable; they are the columns of the study's trials table:
@@ -26,16 +28,14 @@ from dataclasses import dataclass
 
 import optuna
 
-from models.growth import GrowthEvent, validate_schedule
-from models.spec import LAYER_TYPES, ArchSpec
+from models.layers import LAYER_TYPES, LAYERS
+from models.schedule import GrowthEvent, validate_schedule
+from models.spec import ArchSpec
 from pipeline.curriculum import CURRICULUM_PACINGS, PACINGS
 from pipeline.training import ConfigError
 
-# Sizes each layer type may take. Small sets rather than ranges: the networks are small, and a
-# categorical choice keeps every trial's architecture one of a few comparable widths.
-CONV_CHANNELS = (16, 32, 64, 128)
-FC_FEATURES = (64, 128, 256)
-DROPOUT_P = (0.1, 0.5)  # uniform range
+# tune's default --layer-types: every type whose entry says it is searched.
+DEFAULT_LAYER_TYPES = ",".join(name for name, kind in LAYERS.items() if kind.searched)
 PACING_A = (0.3, 1.0)  # all data in use after this fraction of training
 PACING_B = (0.1, 0.6)  # fraction of the data in use at the start
 # Pacings whose b (starting fraction) matters.
@@ -108,14 +108,15 @@ def split_list(text: str) -> tuple[str, ...]:
 
 
 def _layer(trial: optuna.trial.BaseTrial, slot: int, kind: str) -> dict:
-    name = f"growth{slot}"
-    if kind == "conv":
-        return {"type": "conv", "out_channels": trial.suggest_categorical(f"{name}_channels", CONV_CHANNELS)}
-    if kind == "fc":
-        return {"type": "fc", "out_features": trial.suggest_categorical(f"{name}_features", FC_FEATURES)}
-    if kind == "dropout":
-        return {"type": "dropout", "p": round(trial.suggest_float(f"{name}_p", *DROPOUT_P), 3)}
-    return {"type": kind}  # pool (max, 2x2), batchnorm and residual have nothing else to choose
+    search = LAYERS[kind].search
+    if search is None:  # pool (max, 2x2), batchnorm and residual have nothing else to choose
+        return {"type": kind}
+    name = f"growth{slot}_{search.param}"
+    if search.span is not None:
+        value = round(trial.suggest_float(name, *search.span), 3)
+    else:
+        value = trial.suggest_categorical(name, search.choices)
+    return {"type": kind, search.field: value}
 
 
 def suggest(trial: optuna.trial.BaseTrial, space: SearchSpace) -> Candidate:
@@ -146,10 +147,10 @@ def check(candidate: Candidate, start: ArchSpec, epochs: int) -> ArchSpec:
 
 def describe(spec: ArchSpec) -> str:
     """A short architecture string for tables: ``conv1(32) pool1 conv2(64) fc1(128) drop1(0.3)``."""
-    sizes = {"conv": "out_channels", "fc": "out_features", "dropout": "p"}
     parts = []
     for layer in spec.layers:
-        size = sizes.get(layer["type"])
+        search = LAYERS[layer["type"]].search
+        size = search.field if search is not None else None
         parts.append(f"{layer['id']}({layer[size]})" if size else layer["id"])
     return " ".join(parts)
 

@@ -8,7 +8,6 @@ trace, learning curves, per-epoch history and the model (safetensors weights + s
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import time
@@ -22,8 +21,8 @@ import pandas as pd
 import torch
 
 from models.flops import flops_per_example
-from models.growth import apply_event
 from models.io import save_model
+from models.schedule import apply_event
 from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
 from pipeline import exits, plots
 from pipeline.cli import opt, option_name
@@ -314,8 +313,7 @@ def train_and_log(
         else:
             state = new_state(spec, cfg, device)
         mlflow.set_tag("precision_resolved", state.precision)
-        train_split, val_split = data.train.to(device), data.val.to(device)
-        on_device = dataclasses.replace(data, train=train_split, val=val_split, test=None)
+        on_device = data.to(device)
         ckpt_path = tmp / "last.pt"
 
         def log_epoch(epoch: int, metrics: dict, _state: FitState) -> None:
@@ -340,7 +338,7 @@ def train_and_log(
         total_s = time.perf_counter() - start
         if state.model.spec.exits:
             set_exit_thresholds(
-                state.model, val_split, exit_cfg or ExitConfig(), cfg.eval_batch_size, val_tiers
+                state.model, on_device.val, exit_cfg or ExitConfig(), cfg.eval_batch_size, val_tiers
             )
         run_name = current_run_name()
         log_final_artifacts(state, plan, tmp, title=run_title(run_name))

@@ -42,7 +42,8 @@ class Terminated(BaseException):
     """SIGTERM, turned into an exception so the run is closed as KILLED like Ctrl-C."""
 
 
-def _raise_terminated(signum, frame):
+def raise_terminated(signum, frame):
+    """A SIGTERM handler: stop the way Ctrl-C does, so what is open is closed."""
     raise Terminated()
 
 
@@ -211,7 +212,7 @@ def tracked_run(
         raise store_error from None
     finally:
         quiet.setLevel(level)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
         check_artifact_store(run.info.artifact_uri)
         mlflow.set_tags(
@@ -533,8 +534,8 @@ def scratch_dir() -> Iterator[Path]:
 # Only the project's own types, raised where input is checked: a ValueError from anywhere else
 # is a bug and keeps its traceback (exit 1).
 def user_errors() -> tuple[type[BaseException], ...]:
-    from models.growth import GrowthError
     from models.io import ModelFileError
+    from models.schedule import GrowthError
     from models.spec import SpecError
     from pipeline.curriculum import CurriculumError
     from pipeline.data import DataError
@@ -649,7 +650,7 @@ def main_guard(fn):
         # that ends is not the one `mlflow run` made for this step.
         outer_run_id = os.environ.get("MLFLOW_RUN_ID", "")
         # SIGTERM before the run is open (data loading) is an interruption too, not a silent death.
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+        previous = signal.signal(signal.SIGTERM, raise_terminated)
         if outer_run_id and Path(sys.argv[0]).resolve().parent == Path(__file__).resolve().parent:
             watch_launcher()  # a step that `mlflow run` started: python -m pipeline.<step>
         try:

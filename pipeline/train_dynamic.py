@@ -13,7 +13,7 @@ from __future__ import annotations
 import click
 import mlflow
 
-from models.growth import NAMED_SCHEDULES, GrowthEvent, validate_schedule
+from models.schedule import NAMED_SCHEDULES, GrowthEvent, validate_schedule
 from models.spec import ArchSpec, resolve_spec
 from pipeline import plots
 from pipeline.cli import build_config, config_options, help_text

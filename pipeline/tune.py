@@ -77,10 +77,10 @@ from pipeline.study import (
 )
 from pipeline.tracking import (
     GuardedCommand,
-    Terminated,
     flat_params,
     log_dataset,
     main_guard,
+    raise_terminated,
     scratch_dir,
     tracked_run,
 )
@@ -97,7 +97,7 @@ class SpaceConfig:
     growth_init: str = opt("preserve", "preserve (function-preserving where possible) or random")
     max_events: int = opt(4, "most growth events a trial's schedule may have (0 .. this many)")
     layer_types: str = opt(
-        "conv,pool,dropout,fc,batchnorm,residual", "layer types a growth event may add (comma-separated)"
+        search_space.DEFAULT_LAYER_TYPES, "layer types a growth event may add (comma-separated)"
     )
     pacings: str = opt(
         "none,tiers,linear,root", "curriculum pacings to search; without difficulty scores only none is kept"
@@ -288,10 +288,6 @@ def log_report(study: optuna.Study, parent_run_id: str) -> dict[str, float]:
     return summary
 
 
-def _raise_terminated(signum, frame):
-    raise Terminated()
-
-
 def run(
     data_cfg: DataConfig, train_cfg: TrainConfig, space_cfg: SpaceConfig, study_cfg: StudyConfig
 ) -> optuna.Study:
@@ -311,7 +307,7 @@ def run(
         worker_index = None if study_cfg.worker else 0
     configs = (data_cfg, train_cfg, space_cfg, study_cfg)
     if study_cfg.worker:
-        signal.signal(signal.SIGTERM, _raise_terminated)  # a stopped worker closes its trial's run
+        signal.signal(signal.SIGTERM, raise_terminated)  # a stopped worker closes its trial's run
         study = wait_for_study(url, study_cfg, train_cfg.epochs, worker_index)
         check_definition(study, definition(*configs))
         check_parent(study)

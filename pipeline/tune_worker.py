@@ -19,7 +19,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from models.growth import GrowthError, validate_schedule
+from models.schedule import GrowthError, validate_schedule
 from models.spec import resolve_spec
 from pipeline import search_space, study_report
 from pipeline.budget import scale_epoch
@@ -133,17 +133,7 @@ class Worker:
         self.start = resolve_spec(self.space_cfg.start_spec, data.input_shape, data.num_classes)
         self.device = pick_device(self.train_cfg.device)
         # On the device once for every trial (train_and_log moves it per run).
-        self.on_device = Data(
-            data.name,
-            data.classes,
-            data.train.to(self.device),
-            data.val.to(self.device),
-            None,
-            data.source_digest,
-            data.digest,
-            data.mean,
-            data.std,
-        )
+        self.on_device = data.to(self.device)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.code_version = code_version()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import mlflow
 import pytest
 
-from models.growth import named_schedule
+from models.schedule import named_schedule
 from pipeline import train_dynamic, train_static
 from pipeline.budget import Budget, BudgetError, BudgetMeter, epochs_for, parse_budget, scale_epoch
 from pipeline.data import DataConfig

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from models.builder import build_model
 from models.flops import exit_flops_per_example, flops_per_example
-from models.growth import carry_stage_head, final_spec, grow, named_schedule, stage_exits
+from models.growth import carry_stage_head, grow, stage_exits
 from models.io import check_thresholds, load_model, save_model
+from models.schedule import final_spec, named_schedule
 from models.spec import ArchSpec, SpecError, named_layers, validate
 from pipeline import exits
 from pipeline.exits import ExitConfig, ExitError, with_exits

@@ -1,5 +1,5 @@
-"""The growth engine: schedules are data, a grown model has its static twin's shapes, and
-``init="preserve"`` keeps the function whenever it says so."""
+"""The growth engine: a grown model has its static twin's shapes, ``init="preserve"`` keeps the
+function whenever it says so, and every named schedule grows the minimal model that way."""
 
 from __future__ import annotations
 
@@ -14,24 +14,18 @@ from hypothesis import strategies as st
 from torch import nn
 
 from models.builder import SpecNet, build_model, layer_signature
-from models.growth import (
+from models.growth import PlateauTrigger, events_due, grow, probe_jump
+from models.layers import LAYER_TYPES
+from models.schedule import (
     NAMED_SCHEDULES,
     GrowthError,
     GrowthEvent,
-    PlateauTrigger,
     apply_event,
-    events_due,
     final_spec,
-    grow,
     parse_schedule,
-    probe_jump,
-    schedule_to_json,
-    spec_at_epoch,
-    validate_schedule,
 )
 from models.spec import (
     HEAD_ID,
-    LAYER_TYPES,
     ArchSpec,
     SpecError,
     infer_shapes,
@@ -81,7 +75,7 @@ def check_grown(before: SpecNet, after: SpecNet) -> None:
 
 
 def layer_fields(draw, kind: str) -> dict:
-    if kind == "conv":
+    if kind in ("conv", "sepconv"):
         return {"out_channels": draw(st.integers(1, 6)), "kernel_size": draw(st.sampled_from([1, 3]))}
     if kind == "pool":
         return {"kind": draw(st.sampled_from(["max", "avg"])), "size": draw(st.integers(1, 2))}
@@ -100,7 +94,10 @@ def start_specs(draw) -> ArchSpec:
     input_shape, layers = shape, []
     kinds = ["conv"] if draw(st.integers(0, 3)) else []  # as most real specs start
     kinds += draw(
-        st.lists(st.sampled_from(["conv", "conv", "pool", "batchnorm", "residual", "dropout"]), max_size=3)
+        st.lists(
+            st.sampled_from(["conv", "conv", "pool", "batchnorm", "residual", "dropout", "sepconv"]),
+            max_size=3,
+        )
     )
     if draw(st.booleans()):
         kinds += ["fc", *draw(st.lists(st.sampled_from(["fc", "dropout", "batchnorm"]), max_size=2))]
@@ -115,7 +112,12 @@ def start_specs(draw) -> ArchSpec:
 
 
 # Fields that fit anywhere the type can go, to find the positions open to it.
-PROBE_FIELDS = {"conv": {"out_channels": 1}, "fc": {"out_features": 1}, "pool": {"size": 1}}
+PROBE_FIELDS = {
+    "conv": {"out_channels": 1},
+    "sepconv": {"out_channels": 1},
+    "fc": {"out_features": 1},
+    "pool": {"size": 1},
+}
 
 
 @st.composite
@@ -136,9 +138,9 @@ def events_for(draw, spec: ArchSpec) -> GrowthEvent:
     position = draw(st.sampled_from(list(where)))
     in_shape = infer_shapes(spec)[where[position]]
     fields = layer_fields(draw, kind)
-    if kind == "conv":
+    if "out_channels" in fields:
         fields["out_channels"] = draw(st.sampled_from([in_shape[0], in_shape[0] + 2, fields["out_channels"]]))
-    elif kind == "fc":
+    elif "out_features" in fields:
         features = math.prod(in_shape)
         fields["out_features"] = draw(st.sampled_from([features, features + 3, fields["out_features"]]))
     layer_id = draw(st.sampled_from([None, f"g{len(ids)}"]))
@@ -202,6 +204,16 @@ WITH_RESIDUAL = ArchSpec(
     ),
 )
 DEFAULT = resolve_spec("default", (1, 8, 8), 10)  # conv1 pool1 conv2 pool2 res1 fc1 drop1
+WITH_SEPCONV = ArchSpec(
+    (1, 8, 8),
+    10,
+    (
+        {"id": "conv1", "type": "conv", "out_channels": 4},
+        {"id": "sep1", "type": "sepconv", "out_channels": 8},
+        {"id": "pool1", "type": "pool"},
+        {"id": "fc1", "type": "fc", "out_features": 16},
+    ),
+)
 NO_FC = ArchSpec(
     (1, 4, 4), 3, ({"id": "conv1", "type": "conv", "out_channels": 2}, {"id": "pool1", "type": "pool"})
 )
@@ -232,6 +244,11 @@ NO_FC = ArchSpec(
             ["res1", "bn1", "fc1"],
         ),  # pool1 has no weights: reused
         (DEFAULT, "1:conv(48)@after:pool1", True, [], ["conv2"]),  # conv2 ignores the 16 extra channels
+        (SMALL, "1:sepconv(32)@after:pool1", True, [], []),
+        (SMALL, "1:sepconv(48,5)@after:pool1", True, [], ["fc1"]),  # extra channels: fc1 columns zeroed
+        (SMALL, "1:sepconv(16)@after:pool1", False, ["fc1"], []),  # narrower: cannot keep all channels
+        (WITH_SEPCONV, "1:conv(6)@after:conv1", True, [], ["sep1"]),  # sep1 ignores the 2 extra channels
+        (WITH_SEPCONV, "1:sepconv(1)@before:conv1", False, [], []),  # raw input may be negative
         (WITH_RESIDUAL, "1:residual@after:bn1", False, [], []),  # after a batchnorm: may be negative
         (WITH_RESIDUAL, "1:conv(4)@after:bn1", False, [], []),
     ],
@@ -302,20 +319,7 @@ def test_probe_jump_reports_loss_and_accuracy_in_eval_mode():
     assert probe_jump(model, shrunk, x, y)["loss_after"] != pytest.approx(jump["loss_before"])
 
 
-# --- schedules ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("epochs", [2, 3, 5, 10, 12, 30, 100])
-def test_named_schedules_are_valid_and_default_grows_minimal_into_default(epochs):
-    start = resolve_spec("minimal", *FASHION)
-    grown = {name: validate_schedule(start, parse_schedule(name, epochs), epochs) for name in NAMED_SCHEDULES}
-    assert grown["default"].layers == resolve_spec("default", *FASHION).layers
-    assert grown["early"].layers == grown["default"].layers == grown["late"].layers
-    assert len({json.dumps(grown[name].layers) for name in ("default", "deep", "wide-fc")}) == 3
-    assert grown["none"].layers == start.layers
-    if epochs >= 10:  # spread over the first 60% / the first third
-        assert max(e.epoch for e in parse_schedule("default", epochs)) <= 0.6 * epochs + 0.5
-        assert max(e.epoch for e in parse_schedule("early", epochs)) <= epochs / 3 + 0.5
+# --- named schedules, grown ---------------------------------------------------------------
 
 
 def test_default_schedule_grows_a_model_into_the_default_static_model():
@@ -341,93 +345,6 @@ def test_every_named_schedule_preserves_the_function_at_every_event(name):
         assert info["preserved"] and not info["reinitialised"], (name, info["layer_id"])
         torch.testing.assert_close(grown(x), model(x), atol=1e-5, rtol=1e-5)
         model = grown
-
-
-def test_compact_string_parses_with_ids_defaults_and_keywords():
-    events = parse_schedule("3:conv(64)@after:pool1; 5:pool;7:residual ;9:dropout(0.3)")
-    assert events == [
-        GrowthEvent(3, {"type": "conv", "out_channels": 64}, "after:pool1"),
-        GrowthEvent(5, {"type": "pool"}),
-        GrowthEvent(7, {"type": "residual"}),
-        GrowthEvent(9, {"type": "dropout", "p": 0.3}),
-    ]
-    spec = final_spec(SMALL, events)
-    assert spec.layer_ids() == ["conv1", "pool1", "conv2", "pool2", "res1", "fc1", "drop1"]
-    assert parse_schedule("2:wide=conv(16,kernel_size=5)@head;4:pool(avg, size=1)") == [
-        GrowthEvent(2, {"type": "conv", "out_channels": 16, "kernel_size": 5}, "head", "wide"),
-        GrowthEvent(4, {"type": "pool", "kind": "avg", "size": 1}),
-    ]
-
-
-def test_schedules_round_trip_through_json_and_compact_form(tmp_path):
-    events = parse_schedule("deep", 20) + parse_schedule("4:fc(10)@before:fc1;6:bn=batchnorm")
-    assert parse_schedule(schedule_to_json(events)) == events
-    assert parse_schedule(";".join(e.to_compact() for e in events)) == events
-    path = tmp_path / "schedule.json"
-    path.write_text(schedule_to_json(events))
-    assert parse_schedule(str(path)) == events
-    assert len(set(events)) == len(events)  # hashable despite the layer dict
-
-
-def test_spec_at_epoch_applies_events_up_to_and_including_that_epoch():
-    start = minimal()
-    events = parse_schedule("2:conv2=conv(64)@after:pool1;5:res1=residual@after:pool2;5:dropout", 10)
-    assert spec_at_epoch(start, events, 1).layers == start.layers
-    assert spec_at_epoch(start, events, 2).layer_ids() == ["conv1", "pool1", "conv2", "pool2", "fc1"]
-    assert spec_at_epoch(start, events, 4).layer_ids() == ["conv1", "pool1", "conv2", "pool2", "fc1"]
-    assert spec_at_epoch(start, events, 9).layers == final_spec(start, events).layers
-
-
-def test_default_schedule_grows_everything_at_once_a_quarter_of_the_way_in():
-    assert [e.epoch for e in parse_schedule("default", 12)] == [3, 3, 3]
-    assert [e.epoch for e in parse_schedule("default", 10)] == [3, 3, 3]  # floor(2.5 + 0.5)
-    assert [e.epoch for e in parse_schedule("default", 2)] == [1, 1, 1]
-
-
-@pytest.mark.parametrize(
-    ("schedule", "message"),
-    [
-        ("12:dropout", "growth epoch 12 is past --epochs 10"),
-        ("10:dropout", "growth epoch 10 is past --epochs 10"),
-        ("0:dropout", "growth epoch 0 of 0:dropout must be >= 1"),
-        ("5:dropout;3:residual", "growth events out of order: 3:residual comes after an event at epoch 5"),
-        ("3:pool;4:pool;5:pool;6:pool;7:pool", "pool of size 2 would shrink the 1x1 map below 1x1"),
-        ("3:conv(8)@after:fc1", "conv cannot follow a fully connected layer"),
-        (
-            "3:residual@after:pool9",
-            "position 'after:pool9' names no layer (layers: conv1, pool1, pool2, fc1, head)",
-        ),
-        ("3:residual@beside:pool1", "position 'beside:pool1' must be after:<id>, before:<id> or head"),
-        ("3:dropout@after:head", "position 'after:head' must be after:<id>, before:<id> or head"),
-        ("3:conv1=conv(8)", "layer id 'conv1' is already in use"),
-        ("3:a=dropout;4:a=dropout", "layer id 'a' is already in use"),
-    ],
-)
-def test_validate_schedule_names_the_problem_in_one_line(schedule, message):
-    with pytest.raises(GrowthError) as err:
-        validate_schedule(minimal(), parse_schedule(schedule), epochs=10)
-    assert message in str(err.value)
-    assert "\n" not in str(err.value)
-
-
-def test_unknown_types_fields_and_names_fail_with_what_is_known():
-    with pytest.raises(GrowthError, match=r"unknown layer type 'lstm' \(known: conv, pool"):
-        validate_schedule(minimal(), [GrowthEvent(2, {"type": "lstm"})], epochs=10)
-    with pytest.raises(GrowthError, match="unknown layer type 'lstm'"):
-        parse_schedule("2:lstm(4)")
-    with pytest.raises(GrowthError, match="unknown field"):
-        parse_schedule('[{"epoch": 2, "type": "conv", "out_channels": 8, "stride": 2}]')
-    with pytest.raises(GrowthError, match="conv needs out_channels"):
-        parse_schedule("2:conv")
-    with pytest.raises(GrowthError, match="at most 1 positional"):
-        parse_schedule("2:dropout(0.1,0.2)")
-    with pytest.raises(GrowthError, match=r"unknown schedule 'defualt' \(known: default, early, late, deep"):
-        parse_schedule("defualt", 10)
-    with pytest.raises(GrowthError, match="depends on the number of epochs"):
-        parse_schedule("default")
-    with pytest.raises(GrowthError, match="needs --epochs >= 2"):
-        parse_schedule("default", 1)
-    assert parse_schedule("") == parse_schedule("none", 5) == []
 
 
 # --- growing on a plateau ----------------------------------------------------------------

@@ -60,6 +60,7 @@ MIXED = [
     {"id": "b1", "type": "batchnorm"},
     {"id": "p1", "type": "pool", "kind": "avg"},
     {"id": "r1", "type": "residual"},
+    {"id": "s1", "type": "sepconv", "out_channels": 12, "kernel_size": 5},
     {"id": "f1", "type": "fc", "out_features": 20},
     {"id": "b2", "type": "batchnorm"},
     {"id": "d1", "type": "dropout"},

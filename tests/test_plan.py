@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from models.builder import build_model
-from models.growth import parse_schedule, validate_schedule
+from models.schedule import parse_schedule, validate_schedule
 from models.spec import resolve_spec
 from pipeline.curriculum import Curriculum
 from pipeline.loop import seed_everything

@@ -115,7 +115,7 @@ def test_resume_with_another_explicit_precision_is_refused(small_data, tmp_path)
 
 @needs_bf16
 def test_growth_joins_in_fp32_and_its_probe_runs_at_the_runs_precision(small_data):
-    from models.growth import named_schedule
+    from models.schedule import named_schedule
     from pipeline.plan import ExperimentPlan
 
     cfg = dataclasses.replace(BF16, epochs=4)

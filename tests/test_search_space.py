@@ -12,8 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.builder import build_model
-from models.growth import GrowthError, grow, parse_schedule
-from models.spec import LAYER_TYPES, resolve_spec
+from models.growth import grow
+from models.layers import LAYER_TYPES, LAYERS
+from models.schedule import GrowthError, GrowthEvent, parse_schedule
+from models.spec import resolve_spec
 from pipeline import search_space
 from pipeline.curriculum import CURRICULUM_PACINGS
 from pipeline.training import ConfigError
@@ -95,9 +97,9 @@ def space_points(draw) -> dict:
         params[f"growth{k}_epoch"] = draw(st.integers(1, SPACE.epochs - 1))
         # Pools are drawn often, so schedules with too many of them are common here.
         params[f"growth{k}_layer"] = draw(st.sampled_from(("pool", "pool", *LAYER_TYPES)))
-        params[f"growth{k}_channels"] = draw(st.sampled_from(search_space.CONV_CHANNELS))
-        params[f"growth{k}_features"] = draw(st.sampled_from(search_space.FC_FEATURES))
-        params[f"growth{k}_p"] = draw(st.floats(*search_space.DROPOUT_P))
+        for search in {kind.search.param: kind.search for kind in LAYERS.values() if kind.search}.values():
+            sizes = st.floats(*search.span) if search.span else st.sampled_from(search.choices)
+            params[f"growth{k}_{search.param}"] = draw(sizes)
     return params
 
 
@@ -156,3 +158,15 @@ def test_describe_names_each_layer_with_its_size():
         4,
     )
     assert search_space.describe(final) == "conv1(32) pool1 pool2 conv2(64) fc1(128) drop1(0.3)"
+
+
+def test_sepconv_is_searched_only_when_asked_with_the_conv_channel_choices():
+    assert "sepconv" in LAYER_TYPES and "sepconv" not in search_space.DEFAULT_LAYER_TYPES.split(",")
+    space = search_space.SearchSpace(4, 1, ("sepconv",), ("none",), 0.05, 0.05).validate()
+    trial = optuna.trial.FixedTrial(
+        {"n_growth": 1, "growth1_epoch": 2, "growth1_layer": "sepconv", "growth1_channels": 64}
+    )
+    candidate = search_space.suggest(trial, space)
+    assert candidate.events == (GrowthEvent(2, {"type": "sepconv", "out_channels": 64}),)
+    final = search_space.check(candidate, START, 4)
+    assert search_space.describe(final) == "conv1(32) pool1 pool2 sep1(64) fc1(128)"

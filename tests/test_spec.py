@@ -21,12 +21,12 @@ def valid_specs(draw) -> ArchSpec:
     layers, h, n = [], size, 0
     for _ in range(draw(st.integers(0, 5))):
         n += 1
-        kind = draw(st.sampled_from(["conv", "pool", "batchnorm", "residual", "dropout"]))
-        if kind == "conv":
+        kind = draw(st.sampled_from(["conv", "pool", "batchnorm", "residual", "dropout", "sepconv"]))
+        if kind in ("conv", "sepconv"):
             layers.append(
                 {
                     "id": f"l{n}",
-                    "type": "conv",
+                    "type": kind,
                     "out_channels": draw(st.integers(1, 8)),
                     "kernel_size": draw(st.sampled_from([1, 3, 5])),
                 }
