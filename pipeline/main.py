@@ -22,7 +22,7 @@ import mlflow
 import pandas as pd
 import yaml
 
-from models.growth import NAMED_SCHEDULES, final_spec, named_schedule
+from models.schedule import NAMED_SCHEDULES, final_spec, named_schedule
 from models.spec import resolve_spec
 from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.data import Data, DataConfig, check_noise, load_data

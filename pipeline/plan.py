@@ -13,18 +13,8 @@ import torch
 
 from models.builder import SpecNet
 from models.flops import flops_per_example
-from models.growth import (
-    GROWTH_INITS,
-    GrowthError,
-    GrowthEvent,
-    PlateauTrigger,
-    carry_stage_head,
-    events_due,
-    final_spec,
-    grow,
-    probe_jump,
-    schedule_to_json,
-)
+from models.growth import GROWTH_INITS, PlateauTrigger, carry_stage_head, events_due, grow, probe_jump
+from models.schedule import GrowthError, GrowthEvent, final_spec, schedule_to_json
 from pipeline.cli import opt
 from pipeline.curriculum import Curriculum, CurriculumError
 from pipeline.data import Data

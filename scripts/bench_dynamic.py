@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run
 
 from models.builder import build_model
 from models.flops import flops_per_example
-from models.growth import named_schedule, validate_schedule
+from models.schedule import named_schedule, validate_schedule
 from models.spec import ArchSpec, resolve_spec
 from pipeline import evaluate, score_difficulty, scoring, train_dynamic, train_static
 from pipeline.data import Data, DataConfig, load_data
