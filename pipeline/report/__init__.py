@@ -39,6 +39,14 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from pipeline import plots
+from pipeline.report.metrics import (
+    COST_METRICS,
+    METRICS,
+    NOISE_METRICS,
+    TIERS,
+    TIME_TO_TARGET,
+    fmt,
+)
 from pipeline.report.runs import COMPARABILITY_KEYS, LENGTH_KEYS, collect_runs, setting_of
 from pipeline.stats import paired_test, summary, time_to_target
 from pipeline.tracking import UpstreamError
@@ -51,38 +59,6 @@ BASELINE_ENTRY_POINT = "train_static"
 # variants, whose final accuracy is a point or two below static's, never reached it and the
 # column read n/a; 95% is reached by every variant that learns, so the times compare.
 TARGET_FRACTION = 0.95
-TIME_TO_TARGET = "time/to_target_s"  # computed here from history.csv, not logged by training
-
-TIERS = {"test/acc": "all", "test/acc_easy": "easy", "test/acc_medium": "medium", "test/acc_hard": "hard"}
-
-
-@dataclass(frozen=True)
-class MetricInfo:
-    title: str
-    kind: str  # how to print it: acc, seconds, flops, ms, plain
-    higher_is_better: bool
-
-
-METRICS: dict[str, MetricInfo] = {
-    "test/acc": MetricInfo("test accuracy (all)", "acc", True),
-    "test/acc_easy": MetricInfo("test accuracy (easy)", "acc", True),
-    "test/acc_medium": MetricInfo("test accuracy (medium)", "acc", True),
-    "test/acc_hard": MetricInfo("test accuracy (hard)", "acc", True),
-    "test/loss": MetricInfo("test loss", "plain", False),
-    "val/acc": MetricInfo("final validation accuracy", "acc", True),
-    "time/total_s": MetricInfo("wall-clock", "seconds", False),
-    TIME_TO_TARGET: MetricInfo("time to target validation accuracy", "seconds", False),
-    "train/flops_cumulative": MetricInfo("training FLOPs", "flops", False),
-    "test/infer_ms_per_example": MetricInfo("inference time per example", "ms", False),
-    # Under --label-noise, at the last epoch: flipped training examples the network gets right
-    # (their original label) and those it has memorised (the wrong label it was taught).
-    "noise/train_acc_flipped_original": MetricInfo(
-        "flipped training labels: original predicted", "acc", True
-    ),
-    "noise/train_acc_flipped_noisy": MetricInfo("flipped training labels: memorised", "acc", False),
-}
-NOISE_METRICS = ("noise/train_acc_flipped_original", "noise/train_acc_flipped_noisy")
-COST_METRICS = ("time/total_s", TIME_TO_TARGET, "train/flops_cumulative", "test/infer_ms_per_example")
 
 # fmt: off
 COMPARISON_COLUMNS = [
@@ -123,8 +99,6 @@ class ReportPaths:
         paths = [getattr(self, f.name) for f in fields(self) if f.name != "out_dir"]
         return [p for p in paths if p.exists()]
 
-
-# --- reading runs --------------------------------------------------------------------------
 
 # --- groups --------------------------------------------------------------------------------
 
@@ -243,7 +217,7 @@ def _make_groups(runs_df: pd.DataFrame, histories: dict, target_acc: float | Non
             base_mean = float(np.nanmean(ref.per_unit("val/acc")))
             g.target = TARGET_FRACTION * base_mean
             g.target_note = (
-                f"{TARGET_FRACTION:.0%} of {ref.label}'s mean final val/acc {_fmt('acc', base_mean)}"
+                f"{TARGET_FRACTION:.0%} of {ref.label}'s mean final val/acc {fmt('acc', base_mean)}"
             )
         else:
             g.target_note = "no target: no matched static baseline"
@@ -357,7 +331,7 @@ def _comparison_rows(groups: list[Group]) -> tuple[list[dict], list[dict]]:
             if metric == TIME_TO_TARGET:
                 row["target_acc"] = g.target
                 notes.append(
-                    f"target {_fmt('acc', g.target)} ({g.target_note}); reached by "
+                    f"target {fmt('acc', g.target)} ({g.target_note}); reached by "
                     f"{int(values.notna().sum())} of {len(values)} seeds"
                 )
             if g.is_baseline:
@@ -470,12 +444,12 @@ def _ordering_answer(rows: list[dict]) -> list[str]:
     difference with its 95% CI, and what the ordering does."""
     lines = []
     for r in rows:
-        diff = _fmt("acc", r["mean_diff"], True)
+        diff = fmt("acc", r["mean_diff"], True)
         if r["n_pairs"] < 2:
             text = f"{diff} (no interval with {_seeds(int(r['n_pairs']))})"
             verdict = "no test possible"
         else:
-            lo, hi = _fmt("acc", r["diff_ci_low"], True), _fmt("acc", r["diff_ci_high"], True)
+            lo, hi = fmt("acc", r["diff_ci_low"], True), fmt("acc", r["diff_ci_high"], True)
             text = f"{diff} (95% CI {lo} to {hi})"
             verdict = (
                 "the curriculum's ordering helps"
@@ -540,21 +514,6 @@ def build_report(
 # --- words ---------------------------------------------------------------------------------
 
 
-def _fmt(kind: str, value: float, diff: bool = False) -> str:
-    if value is None or not np.isfinite(value):
-        return "n/a"
-    sign = "+" if diff else ""
-    if kind == "acc":
-        return f"{value * 100:{sign}.2f}" + (" pp" if diff else "%")
-    if kind == "seconds":
-        return f"{value:{sign}.1f} s"
-    if kind == "ms":
-        return f"{value:{sign}.3f} ms"
-    if kind == "flops":
-        return f"{value:{sign}.3g}"
-    return f"{value:{sign}.4g}"
-
-
 def _p(value: float) -> str:
     return f"{value:.3g}" if np.isfinite(value) else "n/a"
 
@@ -597,12 +556,12 @@ def _diff_phrase(row: pd.Series, full: bool = True) -> str:
     has_ratio = kind != "acc" and np.isfinite(row["ratio_to_baseline"])
     ratio = f"{row['ratio_to_baseline']:.2f}× the baseline, " if has_ratio else ""
     if row["n_pairs"] < 2:  # no interval and no test exist: just the one difference
-        return f"{ratio}{_fmt(kind, row['mean_diff'], True)}"
+        return f"{ratio}{fmt(kind, row['mean_diff'], True)}"
     if _deterministic(row):
-        return f"{ratio}{_fmt(kind, row['mean_diff'], True)} on every seed (deterministic)"
-    lo, hi = _fmt(kind, row["diff_ci_low"], True), _fmt(kind, row["diff_ci_high"], True)
+        return f"{ratio}{fmt(kind, row['mean_diff'], True)} on every seed (deterministic)"
+    lo, hi = fmt(kind, row["diff_ci_low"], True), fmt(kind, row["diff_ci_high"], True)
     extra = f", Wilcoxon p = {_p(row['p_wilcoxon'])}, n = {_seeds(row['n_pairs'])}" if full else ""
-    text = f"{_fmt(kind, row['mean_diff'], True)} (95% CI {lo} to {hi}, paired t p = {_p(row['p_t'])}{extra})"
+    text = f"{fmt(kind, row['mean_diff'], True)} (95% CI {lo} to {hi}, paired t p = {_p(row['p_t'])}{extra})"
     return ratio + text
 
 
@@ -654,10 +613,10 @@ def _ratio_phrase(row: pd.Series, good: str, bad: str) -> str:
 
 
 def _diff_answer(row: pd.Series) -> str:
-    diff = _fmt("acc", row["mean_diff"], True)
+    diff = fmt("acc", row["mean_diff"], True)
     if row["n_pairs"] < 2:
         return f"{diff} (no interval with {_seeds(int(row['n_pairs']))})"
-    lo, hi = _fmt("acc", row["diff_ci_low"], True), _fmt("acc", row["diff_ci_high"], True)
+    lo, hi = fmt("acc", row["diff_ci_low"], True), fmt("acc", row["diff_ci_high"], True)
     verdict = "better" if row["diff_ci_low"] > 0 else "worse" if row["diff_ci_high"] < 0 else "within noise"
     return f"{diff} (95% CI {lo} to {hi}): {verdict}"
 
@@ -683,7 +642,7 @@ def _conclusion(comp: pd.DataFrame, ordering: Sequence[dict] = ()) -> list[str]:
             continue
         best = rows.loc[rows["mean"].idxmax()]
         tier = TIERS[metric] + (f", {setting}" if setting else "")
-        head = f"**{tier}**: best mean test accuracy is {best['group']} at {_fmt('acc', best['mean'])}"
+        head = f"**{tier}**: best mean test accuracy is {best['group']} at {fmt('acc', best['mean'])}"
         if best["note"] == "baseline":
             if (rows["baseline"] == best["group"]).any():
                 lines.append(f"{head}, the static baseline itself: no variant beats it.")
@@ -737,9 +696,9 @@ def _comparison_bullets(comp: pd.DataFrame, groups: list[Group]) -> list[str]:
 def _interval(kind: str, row: pd.Series) -> str:
     if row is None:
         return "n/a"
-    text = _fmt(kind, row["mean"])
+    text = fmt(kind, row["mean"])
     if np.isfinite(row["ci_low"]):
-        text += f" [{_fmt(kind, row['ci_low'])}, {_fmt(kind, row['ci_high'])}]"
+        text += f" [{fmt(kind, row['ci_low'])}, {fmt(kind, row['ci_high'])}]"
     return f"{text} (n={row['n']})"
 
 
@@ -821,9 +780,9 @@ def _document(
                         r["baseline"],
                         r["metric"],
                         str(r["n_pairs"]),
-                        _fmt(METRICS[r["metric"]].kind, r["mean_diff"], True),
-                        f"{_fmt(METRICS[r['metric']].kind, r['diff_ci_low'], True)} to "
-                        f"{_fmt(METRICS[r['metric']].kind, r['diff_ci_high'], True)}",
+                        fmt(METRICS[r["metric"]].kind, r["mean_diff"], True),
+                        f"{fmt(METRICS[r['metric']].kind, r['diff_ci_low'], True)} to "
+                        f"{fmt(METRICS[r['metric']].kind, r['diff_ci_high'], True)}",
                         _p_cell(r, "p_t"),
                         _p_cell(r, "p_wilcoxon"),
                         _verdict(r),
@@ -858,7 +817,7 @@ def _document(
             [
                 g.label,
                 _interval("seconds", cell(g.label, "time/total_s")),
-                _fmt("acc", g.target),
+                fmt("acc", g.target),
                 _interval("seconds", ttt)
                 if ttt is not None
                 else ("not reached" if np.isfinite(g.target) else "no target"),
@@ -958,8 +917,8 @@ def _document(
                     r["run_name"],
                     g.label,
                     str(r["seed"]) if pd.notna(r["seed"]) else "none",
-                    _fmt("acc", r.get("test/acc", math.nan)),
-                    _fmt("seconds", r.get("time/total_s", math.nan)),
+                    fmt("acc", r.get("test/acc", math.nan)),
+                    fmt("seconds", r.get("time/total_s", math.nan)),
                 ]
             )
     blocks.append(("table", ["run id", "run name", "variant", "seed", "test acc", "wall-clock"], run_rows))
