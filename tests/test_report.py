@@ -13,7 +13,8 @@ import pytest
 from mlflow.entities import Metric, Param
 from scipy import stats as sps
 
-from pipeline.report import TARGET_FRACTION, build_report, collect_runs
+from pipeline.report import build_report, collect_runs
+from pipeline.report.groups import TARGET_FRACTION
 
 T_975_DF2 = 4.302652729911275  # Student-t 97.5% quantile, 2 degrees of freedom
 
