@@ -38,6 +38,12 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from pipeline import plots
+from pipeline.report.comparison import (
+    COMPARISON_COLUMNS,
+    PAIRED_COLUMNS,
+    comparison_rows,
+    ordering_rows,
+)
 from pipeline.report.groups import TARGET_FRACTION, Group, has_curve, make_groups
 from pipeline.report.metrics import (
     COST_METRICS,
@@ -48,22 +54,10 @@ from pipeline.report.metrics import (
     fmt,
 )
 from pipeline.report.runs import COMPARABILITY_KEYS, LENGTH_KEYS, collect_runs
-from pipeline.stats import paired_test, summary
+from pipeline.stats import summary
 from pipeline.tracking import UpstreamError
 
 __all__ = ["ReportPaths", "build_report", "collect_runs"]  # what evaluate uses
-
-# fmt: off
-COMPARISON_COLUMNS = [
-    "group", "setting", "variant", "entry_point", "final_spec_id", "metric", "n", "mean", "std", "ci_low",
-    "ci_high", "baseline", "pairing", "n_pairs", "mean_diff", "diff_ci_low", "diff_ci_high", "t_stat", "p_t",
-    "p_wilcoxon", "within_noise", "ratio_to_baseline", "paired_ratio", "ratio_ci_low", "ratio_ci_high",
-    "target_acc", "note",
-]
-PAIRED_COLUMNS = [
-    "group", "baseline", "metric", "seed", "run_ids", "baseline_run_ids", "value", "baseline_value", "diff",
-]
-# fmt: on
 
 
 @dataclass(frozen=True)
@@ -91,145 +85,6 @@ class ReportPaths:
         """Every file written, e.g. for ``mlflow.log_artifact``."""
         paths = [getattr(self, f.name) for f in fields(self) if f.name != "out_dir"]
         return [p for p in paths if p.exists()]
-
-
-# --- numbers -------------------------------------------------------------------------------
-
-
-def _comparison_rows(groups: list[Group]) -> tuple[list[dict], list[dict]]:
-    comparison, paired = [], []
-    for g in groups:
-        for metric in METRICS:
-            if metric == TIME_TO_TARGET:
-                if not (math.isfinite(g.target) and g.curves):
-                    continue  # no target (no baseline) or no history to read it from
-            elif not g.has(metric):
-                continue  # e.g. a tier this variant never logged
-            values = g.per_unit(metric)
-            row = {
-                "group": g.label,
-                "setting": g.setting_label,
-                "variant": g.variant,
-                "entry_point": g.entry_point,
-                "final_spec_id": g.spec_id,
-                "metric": metric,
-                **summary(values),
-                "baseline": "",
-                "pairing": "",
-                "n_pairs": 0,
-                "target_acc": math.nan,
-                "note": "",
-            }
-            notes = []
-            if metric == TIME_TO_TARGET:
-                row["target_acc"] = g.target
-                notes.append(
-                    f"target {fmt('acc', g.target)} ({g.target_note}); reached by "
-                    f"{int(values.notna().sum())} of {len(values)} seeds"
-                )
-            if g.is_baseline:
-                notes.append("baseline")
-            elif g.baseline is None:
-                notes.append(f"no matched static baseline: {g.unmatched}")
-            else:
-                base_values = g.baseline.per_unit(metric)
-                both = pd.concat({"a": values, "b": base_values}, axis=1, join="inner").dropna()
-                # A run without a seed param has its own unit and never pairs.
-                both = both.loc[np.array([str(unit).startswith("seed ") for unit in both.index], dtype=bool)]
-                test = paired_test(both["a"], both["b"])
-                base_mean = summary(base_values)["mean"]
-                row.update(
-                    baseline=g.baseline.label,
-                    pairing=f"equal cost ({g.equal_cost})" if g.equal_cost else "equal length",
-                    n_pairs=test["n"],
-                    mean_diff=test["mean_diff"],
-                    diff_ci_low=test["ci_low"],
-                    diff_ci_high=test["ci_high"],
-                    t_stat=test["t_stat"],
-                    p_t=test["p_t"],
-                    p_wilcoxon=test["p_wilcoxon"],
-                    within_noise=test["within_noise"],
-                    ratio_to_baseline=row["mean"] / base_mean if base_mean else math.nan,
-                    **_paired_ratio(both["a"], both["b"]),
-                )
-                if test["n"] < 2:
-                    notes.append(f"{test['n']} matched seed(s): no test possible with n < 2")
-                for unit, (a, b) in both.iterrows():
-                    paired.append(
-                        {
-                            "group": g.label,
-                            "baseline": g.baseline.label,
-                            "metric": metric,
-                            "seed": int(unit.split()[1]),
-                            "run_ids": _run_ids(g, unit),
-                            "baseline_run_ids": _run_ids(g.baseline, unit),
-                            "value": a,
-                            "baseline_value": b,
-                            "diff": a - b,
-                        }
-                    )
-            row["note"] = "; ".join(notes)
-            comparison.append(row)
-    return comparison, paired
-
-
-def _paired_ratio(a: pd.Series, b: pd.Series) -> dict[str, float]:
-    """Geometric mean of the per-seed ratios a/b with its 95% interval (a t interval on the
-    log ratios), for costs: a run that takes 0.5x the time on one seed and 2x on another is
-    1x on average, not 1.25x. NaN where a value is not positive."""
-    ratios = (a / b).to_numpy(dtype=float)
-    if not len(ratios) or not np.all(np.isfinite(ratios) & (ratios > 0)):
-        return {"paired_ratio": math.nan, "ratio_ci_low": math.nan, "ratio_ci_high": math.nan}
-    logs = summary(np.log(ratios))
-    return {
-        "paired_ratio": math.exp(logs["mean"]),
-        "ratio_ci_low": math.exp(logs["ci_low"]),
-        "ratio_ci_high": math.exp(logs["ci_high"]),
-    }
-
-
-def _run_ids(g: Group, unit: str) -> str:
-    return " ".join(g.runs.loc[g.runs["unit"] == unit, "run_id"])
-
-
-# The random-order control of a curriculum variant carries this in its variant name
-# (``dynamic-default+tiers-random+prune0.3`` mirrors ``dynamic-default+tiers+prune0.3``).
-RANDOM_ORDER = "-random"
-
-
-def _ordering_rows(groups: list[Group]) -> list[dict]:
-    """Each curriculum variant against its random-order control in the same setting (same
-    entry point and final architecture), paired by seed on test accuracy: how much of what the
-    curriculum does is its ordering rather than its data diet."""
-    rows = []
-    for control in groups:
-        if RANDOM_ORDER not in control.variant:
-            continue
-        twin = control.variant.replace(RANDOM_ORDER, "", 1)
-        for g in groups:
-            same = (g.setting, g.entry_point, g.spec_key) == (
-                control.setting,
-                control.entry_point,
-                control.spec_key,
-            )
-            if not same or g.variant != twin or not (g.has("test/acc") and control.has("test/acc")):
-                continue
-            both = pd.concat({"a": g.per_unit("test/acc"), "b": control.per_unit("test/acc")}, axis=1)
-            both = both.dropna()
-            both = both.loc[np.array([str(u).startswith("seed ") for u in both.index], dtype=bool)]
-            test = paired_test(both["a"], both["b"])
-            rows.append(
-                {
-                    "group": g.label,
-                    "control": control.label,
-                    "n_pairs": test["n"],
-                    "mean_diff": test["mean_diff"],
-                    "diff_ci_low": test["ci_low"],
-                    "diff_ci_high": test["ci_high"],
-                    "p_t": test["p_t"],
-                }
-            )
-    return rows
 
 
 def _ordering_answer(rows: list[dict]) -> list[str]:
@@ -283,7 +138,7 @@ def build_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = ReportPaths.in_dir(out_dir)
     groups = make_groups(runs_df, histories, target_acc)
-    comparison, paired = _comparison_rows(groups)
+    comparison, paired = comparison_rows(groups)
     comp_df = pd.DataFrame(comparison, columns=COMPARISON_COLUMNS)
     comp_df.to_csv(paths.comparison_csv, index=False)
     pd.DataFrame(paired, columns=PAIRED_COLUMNS).to_csv(paths.paired_csv, index=False)
@@ -295,7 +150,7 @@ def build_report(
     _plot_cost_frontier(groups, paths.cost_frontier_png)
     _plot_noise_curves(groups, histories, colours, paths.noise_curves_png)
 
-    blocks = _document(comp_df, groups, paths, _ordering_rows(groups))
+    blocks = _document(comp_df, groups, paths, ordering_rows(groups))
     if any(g.has("test/flops_ratio") for g in groups):
         _plot_exit_curves(groups, exit_curves or {}, colours, paths.exit_curves_png)
         blocks += _exit_blocks(groups, paths)
