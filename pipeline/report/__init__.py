@@ -20,11 +20,8 @@ parameters that differ.
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -38,6 +35,7 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from pipeline import plots
+from pipeline.render import to_html, to_markdown
 from pipeline.report.comparison import (
     COMPARISON_COLUMNS,
     PAIRED_COLUMNS,
@@ -58,6 +56,8 @@ from pipeline.stats import summary
 from pipeline.tracking import UpstreamError
 
 __all__ = ["ReportPaths", "build_report", "collect_runs"]  # what evaluate uses
+
+TITLE = "Growing CNN: comparison report"
 
 
 @dataclass(frozen=True)
@@ -128,8 +128,8 @@ def build_report(
     if any(g.has("test/flops_ratio") for g in groups):
         _plot_exit_curves(groups, exit_curves or {}, colours, paths.exit_curves_png)
         blocks += _exit_blocks(groups, paths)
-    paths.report_md.write_text(_to_markdown(blocks), encoding="utf-8")
-    paths.report_html.write_text(_to_html(blocks, out_dir), encoding="utf-8")
+    paths.report_md.write_text(to_markdown(blocks), encoding="utf-8")
+    paths.report_html.write_text(to_html(blocks, out_dir, TITLE), encoding="utf-8")
     return paths
 
 
@@ -143,7 +143,7 @@ def _document(
         return rows.iloc[0] if len(rows) else None
 
     tiers = [m for m in TIERS if (comp["metric"] == m).any()]
-    blocks: list[tuple] = [("h", 1, "Growing CNN: comparison report"), ("h", 2, "Conclusion")]
+    blocks: list[tuple] = [("h", 1, TITLE), ("h", 2, "Conclusion")]
     said = conclusion(comp, ordering)
     unfinished = [
         r for g in groups for _, r in g.runs.iterrows() if r.get("status", "FINISHED") != "FINISHED"
@@ -362,64 +362,6 @@ def _layers(key: str) -> str:
         return " → ".join(str(layer.get("type", "?")) for layer in layers)
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
         return "unknown" if not key else "unparsed spec"
-
-
-def _to_markdown(blocks: Sequence[tuple]) -> str:
-    out = []
-    for block in blocks:
-        kind = block[0]
-        if kind == "h":
-            out.append("#" * block[1] + " " + block[2])
-        elif kind == "p":
-            out.append(block[1])
-        elif kind == "ul":
-            out.append("\n".join(f"- {item}" for item in block[1]))
-        elif kind == "table":
-            head, rows = block[1], block[2]
-            esc = lambda s: str(s).replace("|", "\\|")
-            lines = ["| " + " | ".join(map(esc, head)) + " |", "|" + "---|" * len(head)]
-            lines += ["| " + " | ".join(map(esc, row)) + " |" for row in rows]
-            out.append("\n".join(lines))
-        elif kind == "img":
-            out.append(f"![{block[2]}]({block[1]})")
-    return "\n\n".join(out) + "\n"
-
-
-def _inline(text: str) -> str:
-    return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", html.escape(str(text)))
-
-
-def _to_html(blocks: Sequence[tuple], folder: Path) -> str:
-    """Self-contained HTML: inline style, images as base64 data URIs, no scripts, no links."""
-    body = []
-    for block in blocks:
-        kind = block[0]
-        if kind == "h":
-            body.append(f"<h{block[1]}>{_inline(block[2])}</h{block[1]}>")
-        elif kind == "p":
-            body.append(f"<p>{_inline(block[1])}</p>")
-        elif kind == "ul":
-            body.append("<ul>" + "".join(f"<li>{_inline(item)}</li>" for item in block[1]) + "</ul>")
-        elif kind == "table":
-            head = "".join(f"<th>{_inline(h)}</th>" for h in block[1])
-            rows = "".join(
-                "<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in block[2]
-            )
-            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-        elif kind == "img":
-            data = base64.b64encode((folder / block[1]).read_bytes()).decode("ascii")
-            body.append(f'<p><img alt="{html.escape(block[2])}" src="data:image/png;base64,{data}"></p>')
-    style = (
-        "body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
-        "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-        "font-size:90%}th{background:#f0f0f0}img{max-width:100%}"
-    )
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>Growing CNN: comparison report</title><style>{style}</style></head>\n<body>\n"
-        + "\n".join(body)
-        + "\n</body></html>\n"
-    )
 
 
 # --- figures -------------------------------------------------------------------------------
