@@ -165,15 +165,31 @@ def _equal_cost_baseline(g: Group, candidates: list[Group]) -> tuple[Group | Non
     refs = g.runs["budget_reference"]
     if not len(refs) or not refs.astype(bool).all():
         return None, ""
-    other = lambda setting: {k: v for k, v in json.loads(setting).items() if k not in LENGTH_KEYS}
     unit = "seconds" if ":s" in json.loads(g.setting).get("budget", "") else "flops"
     for base in candidates:
-        if other(base.setting) != other(g.setting):
+        if _but_length(base.setting) != _but_length(g.setting):
             continue
         seed_of = dict(zip(base.runs["run_id"], base.runs["unit"]))
         if all(seed_of.get(ref) == seed for ref, seed in zip(refs, g.runs["unit"])):
             return base, unit
     return None, ""
+
+
+def _but_length(setting: str) -> dict[str, str]:
+    """The values of a setting other than the training length (``LENGTH_KEYS``)."""
+    return {k: v for k, v in json.loads(setting).items() if k not in LENGTH_KEYS}
+
+
+def cost_frontier_lines(groups: list[Group]) -> list[tuple[str, list[Group]]]:
+    """(variant, its groups) for each variant whose groups agree on everything but the training
+    length and differ in it, so that a point is never joined to one of other data or precision;
+    static groups of other architectures are lines of their own. In a stable order, for colours."""
+    lines: dict[tuple[str, str, str], list[Group]] = {}
+    for g in groups:
+        if g.has("test/acc") and g.has("time/total_s") and g.has("train/flops_cumulative"):
+            key = (json.dumps(_but_length(g.setting)), g.variant, g.spec_key if g.is_baseline else "")
+            lines.setdefault(key, []).append(g)
+    return [(key[1], line) for key, line in sorted(lines.items()) if len({g.setting for g in line}) > 1]
 
 
 def setting_labels(settings: Iterable[str]) -> dict[str, str]:
