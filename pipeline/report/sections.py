@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,6 +21,32 @@ from pipeline.stats import summary
 
 TITLE = "Growing CNN: comparison report"
 
+# The sections that hold one figure each: heading, what the figure shows, alt text.
+FIGURE_SECTIONS = {
+    "cost_frontier_png": (
+        "Accuracy against training cost",
+        "The runs span several training lengths (epochs or budgets): each variant's mean "
+        "test accuracy (95% interval over seeds) at each length, against its mean "
+        "training wall-clock and training FLOPs. Points further up and to the left are better.",
+        "test accuracy against training cost",
+    ),
+    "noise_curves_png": (
+        "Label noise per epoch",
+        "Left: the share of flipped training labels (a fixed sample) the network predicts as "
+        "taught, i.e. has memorised. Right: the share of flipped labels among the examples "
+        "each epoch trained; a curriculum that holds noisy examples back keeps it below the "
+        "noise rate, one that retires clean easy examples raises it.",
+        "memorisation and noisy share trained per epoch",
+    ),
+    "learning_curves_png": (
+        "Learning curves",
+        "Validation accuracy per epoch, mean over seeds; the timeline above it names the growth "
+        "events, curriculum stage changes and the start of pruning, and the vertical lines mark "
+        "them on the curves.",
+        "validation accuracy per epoch",
+    ),
+}
+
 
 def document(
     comp: pd.DataFrame, groups: list[Group], paths: ReportPaths, ordering: Sequence[dict] = ()
@@ -35,31 +60,9 @@ def document(
         *_noise(comp, groups),
         *_paired(comp),
         *_cost(comp, groups, paths),
-        *_figure(
-            "Accuracy against training cost",
-            "The runs span several training lengths (epochs or budgets): each variant's mean "
-            "test accuracy (95% interval over seeds) at each length, against its mean "
-            "training wall-clock and training FLOPs. Points further up and to the left are better.",
-            paths.cost_frontier_png,
-            "test accuracy against training cost",
-        ),
-        *_figure(
-            "Label noise per epoch",
-            "Left: the share of flipped training labels (a fixed sample) the network predicts as "
-            "taught, i.e. has memorised. Right: the share of flipped labels among the examples "
-            "each epoch trained; a curriculum that holds noisy examples back keeps it below the "
-            "noise rate, one that retires clean easy examples raises it.",
-            paths.noise_curves_png,
-            "memorisation and noisy share trained per epoch",
-        ),
-        *_figure(
-            "Learning curves",
-            "Validation accuracy per epoch, mean over seeds; the timeline above it names the growth "
-            "events, curriculum stage changes and the start of pruning, and the vertical lines mark "
-            "them on the curves.",
-            paths.learning_curves_png,
-            "validation accuracy per epoch",
-        ),
+        *_figure(paths, "cost_frontier_png"),
+        *_figure(paths, "noise_curves_png"),
+        *_figure(paths, "learning_curves_png"),
         *_settings(groups),
         *_architectures(groups),
         *_runs(groups),
@@ -72,8 +75,10 @@ def _cell(comp: pd.DataFrame, label: str, metric: str) -> pd.Series | None:
     return rows.iloc[0] if len(rows) else None
 
 
-def _figure(heading: str, text: str, path: Path, alt: str) -> list[Block]:
-    """A section around one figure; none when the figure was not drawn."""
+def _figure(paths: ReportPaths, name: str) -> list[Block]:
+    """The section around the figure ``name`` (a ``ReportPaths`` field); none when it was not drawn."""
+    path = getattr(paths, name)
+    heading, text, alt = FIGURE_SECTIONS[name]
     return [("h", 2, heading), ("p", text), ("img", path.name, alt)] if path.exists() else []
 
 
