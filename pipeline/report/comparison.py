@@ -65,9 +65,7 @@ def comparison_rows(groups: list[Group]) -> tuple[list[dict], list[dict]]:
                 notes.append(f"no matched static baseline: {g.unmatched}")
             else:
                 base_values = g.baseline.per_unit(metric)
-                both = pd.concat({"a": values, "b": base_values}, axis=1, join="inner").dropna()
-                # A run without a seed param has its own unit and never pairs.
-                both = both.loc[np.array([str(unit).startswith("seed ") for unit in both.index], dtype=bool)]
+                both = _by_seed(values, base_values)
                 test = paired_test(both["a"], both["b"])
                 base_mean = summary(base_values)["mean"]
                 row.update(
@@ -103,6 +101,13 @@ def comparison_rows(groups: list[Group]) -> tuple[list[dict], list[dict]]:
             row["note"] = "; ".join(notes)
             comparison.append(row)
     return comparison, paired
+
+
+def _by_seed(a: pd.Series, b: pd.Series) -> pd.DataFrame:
+    """``a`` and ``b`` (per unit) side by side as columns a and b, on the seeds where both have a
+    value: a run without a seed param has its own unit and never pairs."""
+    both = pd.concat({"a": a, "b": b}, axis=1, join="inner").dropna()
+    return both.loc[np.array([str(unit).startswith("seed ") for unit in both.index], dtype=bool)]
 
 
 def _paired_ratio(a: pd.Series, b: pd.Series) -> dict[str, float]:
@@ -146,9 +151,7 @@ def ordering_rows(groups: list[Group]) -> list[dict]:
             )
             if not same or g.variant != twin or not (g.has("test/acc") and control.has("test/acc")):
                 continue
-            both = pd.concat({"a": g.per_unit("test/acc"), "b": control.per_unit("test/acc")}, axis=1)
-            both = both.dropna()
-            both = both.loc[np.array([str(u).startswith("seed ") for u in both.index], dtype=bool)]
+            both = _by_seed(g.per_unit("test/acc"), control.per_unit("test/acc"))
             test = paired_test(both["a"], both["b"])
             rows.append(
                 {
