@@ -16,7 +16,6 @@ It reads the user attributes that tune sets on each trial (names below).
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import math
@@ -33,6 +32,8 @@ from optuna.trial import FrozenTrial, TrialState
 matplotlib.use("Agg")  # figures are files only, as in pipeline/plots.py
 import matplotlib.pyplot as plt
 from optuna.visualization import matplotlib as optuna_plots
+
+from pipeline.render import png_img
 
 # Trial user attributes written by tune (pipeline/tune.py) and read here.
 ATTR_RUN_ID = "mlflow_run_id"
@@ -272,11 +273,6 @@ def retrain_command(options: dict) -> str:
     return f"mlflow run . -e train_dynamic --env-manager local {args}".strip()
 
 
-def _img(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode()
-    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
-
-
 def render_html(
     study: optuna.Study,
     frame: pd.DataFrame,
@@ -339,7 +335,7 @@ def render_html(
     parts.append("<h2>Figures</h2>")
     for fig in figs:
         parts.append(f"<h3>{esc(fig.title)}</h3>")
-        parts.append(_img(fig.path) if fig.path else f"<p>Not drawn: {esc(fig.note)}</p>")
+        parts.append(png_img(fig.path, fig.path.stem) if fig.path else f"<p>Not drawn: {esc(fig.note)}</p>")
     parts.append("<h2>All trials</h2>")
     if len(frame):
         parts.append("<p>Every column, run ids and workers included, is in <code>trials.csv</code>.</p>")

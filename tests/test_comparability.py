@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 from mlflow.entities import Metric, Param
 
-from pipeline.report import COMPARABILITY_KEYS, build_report, collect_runs, setting_of
+from pipeline.report import build_report, collect_runs
+from pipeline.report.runs import COMPARABILITY_KEYS, setting_of
 
 SPEC = json.dumps({"input_shape": [1, 28, 28], "num_classes": 10, "layers": [{"id": "f1", "type": "fc"}]})
 FASHION = {"dataset": "fashion-mnist", "data_digest": "aaaa", "subset": "0", "val_size": "5000",

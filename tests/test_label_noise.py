@@ -20,7 +20,7 @@ from pipeline.data import (
 )
 from pipeline.loop import seed_everything
 from pipeline.main import NOISE_HOLD_BACK, Diet, MainConfig, resolve_preset
-from pipeline.report import setting_of
+from pipeline.report.runs import setting_of
 from pipeline.score_difficulty import Scored, noise_metrics, noise_report
 from pipeline.stats import roc_auc
 from pipeline.training import TrainConfig, TrainingPlan, fit, new_state

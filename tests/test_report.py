@@ -13,7 +13,8 @@ import pytest
 from mlflow.entities import Metric, Param
 from scipy import stats as sps
 
-from pipeline.report import TARGET_FRACTION, build_report, collect_runs
+from pipeline.report import build_report, collect_runs
+from pipeline.report.groups import TARGET_FRACTION
 
 T_975_DF2 = 4.302652729911275  # Student-t 97.5% quantile, 2 degrees of freedom
 
@@ -282,7 +283,7 @@ def test_runs_given_their_static_twins_cost_are_paired_with_them_at_equal_cost(t
 
 
 def test_a_deterministic_difference_gets_no_p_value_and_no_test():
-    from pipeline.report import _diff_phrase, _p_cell, _verdict
+    from pipeline.report.wording import diff_phrase, p_cell, verdict
 
     row = pd.Series(
         {
@@ -300,9 +301,9 @@ def test_a_deterministic_difference_gets_no_p_value_and_no_test():
             "group": "dynamic-default+tiers",
         }
     )
-    assert _p_cell(row, "p_t") == "— (deterministic)"
-    assert _verdict(row).startswith("deterministic")
-    assert "p =" not in _diff_phrase(row) and "deterministic" in _diff_phrase(row)
+    assert p_cell(row, "p_t") == "— (deterministic)"
+    assert verdict(row).startswith("deterministic")
+    assert "p =" not in diff_phrase(row) and "deterministic" in diff_phrase(row)
 
 
 def test_report_has_an_early_exits_section_for_runs_with_exits(tracking, tmp_path):

@@ -1,0 +1,55 @@
+"""The metrics a report compares: each one's title, how it prints, and which way is better."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+TIME_TO_TARGET = "time/to_target_s"  # computed by the report from history.csv, not logged by training
+TIERS = {"test/acc": "all", "test/acc_easy": "easy", "test/acc_medium": "medium", "test/acc_hard": "hard"}
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    title: str
+    kind: str  # how to print it: acc, seconds, flops, ms, plain
+    higher_is_better: bool
+
+
+METRICS: dict[str, MetricInfo] = {
+    "test/acc": MetricInfo("test accuracy (all)", "acc", True),
+    "test/acc_easy": MetricInfo("test accuracy (easy)", "acc", True),
+    "test/acc_medium": MetricInfo("test accuracy (medium)", "acc", True),
+    "test/acc_hard": MetricInfo("test accuracy (hard)", "acc", True),
+    "test/loss": MetricInfo("test loss", "plain", False),
+    "val/acc": MetricInfo("final validation accuracy", "acc", True),
+    "time/total_s": MetricInfo("wall-clock", "seconds", False),
+    TIME_TO_TARGET: MetricInfo("time to target validation accuracy", "seconds", False),
+    "train/flops_cumulative": MetricInfo("training FLOPs", "flops", False),
+    "test/infer_ms_per_example": MetricInfo("inference time per example", "ms", False),
+    # Under --label-noise, at the last epoch: flipped training examples the network gets right
+    # (their original label) and those it has memorised (the wrong label it was taught).
+    "noise/train_acc_flipped_original": MetricInfo(
+        "flipped training labels: original predicted", "acc", True
+    ),
+    "noise/train_acc_flipped_noisy": MetricInfo("flipped training labels: memorised", "acc", False),
+}
+NOISE_METRICS = ("noise/train_acc_flipped_original", "noise/train_acc_flipped_noisy")
+COST_METRICS = ("time/total_s", TIME_TO_TARGET, "train/flops_cumulative", "test/infer_ms_per_example")
+
+
+def fmt(kind: str, value: float, diff: bool = False) -> str:
+    """``value`` printed as a metric of ``kind`` (``MetricInfo.kind``); ``diff`` signs it, as a difference."""
+    if value is None or not np.isfinite(value):
+        return "n/a"
+    sign = "+" if diff else ""
+    if kind == "acc":
+        return f"{value * 100:{sign}.2f}" + (" pp" if diff else "%")
+    if kind == "seconds":
+        return f"{value:{sign}.1f} s"
+    if kind == "ms":
+        return f"{value:{sign}.3f} ms"
+    if kind == "flops":
+        return f"{value:{sign}.3g}"
+    return f"{value:{sign}.4g}"

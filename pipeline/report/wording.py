@@ -1,0 +1,221 @@
+"""The words of a report: the Conclusion (the answer first), the verdict on each paired
+difference, and how a difference, a ratio or a mean with its interval is said."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from pipeline.report.groups import Group
+from pipeline.report.metrics import COST_METRICS, METRICS, TIERS, fmt
+
+
+def conclusion(comp: pd.DataFrame, ordering: Sequence[dict] = ()) -> list[str]:
+    """The answer first (each variant against its static twin: cost ratios and accuracy
+    difference; then each curriculum against its random-order control), then per tier which
+    variant has the best mean and whether that is more than noise."""
+    lines = _answer(comp) + _ordering_answer(list(ordering))
+    settings = sorted(comp["setting"].fillna("").unique()) if "setting" in comp.columns else [""]
+    if len(settings) > 1:
+        lines.append(
+            f"The runs fall into {len(settings)} settings that cannot be compared with each other "
+            f"({'; '.join(settings)}): each is summarised on its own, and a variant is paired only "
+            "with the static baseline of its own setting (or, given a static run's cost as its budget, "
+            "with those static runs, at equal cost)."
+        )
+    for setting, metric in [(s, m) for s in settings for m in TIERS]:
+        rows = comp[comp["metric"] == metric]
+        if "setting" in comp.columns:
+            rows = rows[rows["setting"].fillna("") == setting]
+        if rows.empty:
+            continue
+        best = rows.loc[rows["mean"].idxmax()]
+        tier = TIERS[metric] + (f", {setting}" if setting else "")
+        head = f"**{tier}**: best mean test accuracy is {best['group']} at {fmt('acc', best['mean'])}"
+        if best["note"] == "baseline":
+            if (rows["baseline"] == best["group"]).any():
+                lines.append(f"{head}, the static baseline itself: no variant beats it.")
+            else:
+                lines.append(f"{head}; no variant is compared with it.")
+        elif not best["baseline"]:
+            lines.append(f"{head}; it has no matched static baseline, so no paired test is possible.")
+        else:
+            lines.append(f"{head}, {diff_phrase(best)} against {best['baseline']}: {verdict(best)}.")
+    if not lines:
+        lines.append("No run logged test accuracy: run the evaluate step's test pass first.")
+    lines.append(
+        "Each variant is compared with the static network of the same final architecture, paired by "
+        "seed; a difference is called significant only when the 95% CI of the paired difference "
+        "excludes 0, and within noise when it includes 0."
+    )
+    paired = comp[comp["baseline"] != ""]
+    if paired["n_pairs"].between(2, 5).any():
+        lines.append(
+            "With fewer than 6 paired seeds the two-sided Wilcoxon test cannot reach p < 0.05 however "
+            "large the effect, so the t interval decides here; more seeds would make both tests usable."
+        )
+    return lines
+
+
+# The two axes the study asks about, in the order the answer gives them: cost as a ratio to
+# the matched static baseline (cheaper below 1), accuracy as a difference at equal epochs.
+ANSWER_COSTS = {"time/total_s": ("training wall-clock", "faster", "slower"),
+                "train/flops_cumulative": ("training FLOPs", "cheaper", "costlier")}  # fmt: skip
+
+
+def _answer(comp: pd.DataFrame) -> list[str]:
+    """One line per variant with a matched static baseline: wall-clock and FLOPs ratios and the
+    test accuracy difference (at equal training length, or at equal cost for runs whose budget
+    was their static twin's cost), each with its 95% CI and a verdict."""
+    lines = []
+    paired = comp[comp["baseline"].fillna("") != ""]
+    for group in dict.fromkeys(paired["group"]):
+        rows = {r["metric"]: r for _, r in paired[paired["group"] == group].iterrows()}
+        if "test/acc" not in rows and not set(ANSWER_COSTS) & set(rows):
+            continue
+        n = max(int(r["n_pairs"]) for r in rows.values())
+        base = next(iter(rows.values()))["baseline"]
+        parts = []
+        for metric, (title, good, bad) in ANSWER_COSTS.items():
+            if metric in rows:
+                parts.append(f"{title} {_ratio_phrase(rows[metric], good, bad)}")
+        if "test/acc" in rows:
+            r = rows["test/acc"]
+            pairing = str(r.get("pairing", ""))
+            unit = pairing.removeprefix("equal cost (").removesuffix(")")
+            at = (
+                f"at equal cost (each run was given its seed's static run's training {unit})"
+                if pairing.startswith("equal cost")
+                else "at equal training length"
+            )
+            text, said = _acc_difference(r, "better", "worse", "within noise")
+            parts.append(f"test accuracy {text}{': ' + said if said else ''} {at}")
+        lines.append(f"**{group}** vs {base} ({_seeds(n)} paired): " + "; ".join(parts) + ".")
+    return lines
+
+
+def _ordering_answer(rows: list[dict]) -> list[str]:
+    """One line per curriculum against its random-order control: the paired test-accuracy
+    difference with its 95% CI, and what the ordering does."""
+    lines = []
+    for r in rows:
+        text, said = _acc_difference(
+            r,
+            "the curriculum's ordering helps",
+            "the ordering hurts",
+            "the ordering's effect is within seed-to-seed variation",
+        )
+        lines.append(
+            f"**{r['group']}** vs its random-order control {r['control']} ({_seeds(r['n_pairs'])} paired): "
+            f"test accuracy {text}: {said or 'no test possible'}."
+        )
+    return lines
+
+
+def _ratio_phrase(row: pd.Series, good: str, bad: str) -> str:
+    ratio = row["paired_ratio"]
+    if not np.isfinite(ratio):
+        return "n/a"
+    if row["n_pairs"] < 2 or not np.isfinite(row["ratio_ci_low"]):
+        return f"{ratio:.2f}× (no interval with {_seeds(int(row['n_pairs']))})"
+    lo, hi = row["ratio_ci_low"], row["ratio_ci_high"]
+    said = good if hi < 1 else bad if lo > 1 else "within noise"
+    return f"{ratio:.2f}× (95% CI {lo:.2f}-{hi:.2f}): {said}"
+
+
+def _acc_difference(row: pd.Series, better: str, worse: str, within: str) -> tuple[str, str]:
+    """The paired test-accuracy difference with its 95% CI, and which of ``better``, ``worse``
+    and ``within`` the interval says ("" with fewer than 2 pairs: there is no interval)."""
+    diff = fmt("acc", row["mean_diff"], True)
+    if row["n_pairs"] < 2:
+        return f"{diff} (no interval with {_seeds(int(row['n_pairs']))})", ""
+    lo, hi = fmt("acc", row["diff_ci_low"], True), fmt("acc", row["diff_ci_high"], True)
+    said = better if row["diff_ci_low"] > 0 else worse if row["diff_ci_high"] < 0 else within
+    return f"{diff} (95% CI {lo} to {hi})", said
+
+
+def comparison_bullets(comp: pd.DataFrame, groups: list[Group]) -> list[str]:
+    bullets = []
+    for g in groups:
+        if g.is_baseline:
+            continue
+        if g.baseline is None:
+            why = f"no matched static baseline ({g.unmatched})"
+            bullets.append(f"{g.label}: {why}; only its own means are shown.")
+            continue
+        rows = {r["metric"]: r for _, r in comp[comp["group"] == g.label].iterrows()}
+        n = max(int(r["n_pairs"]) for r in rows.values())
+        head = f"{g.label} vs {g.baseline.label} ({_seeds(n)} paired): "
+        shown = [rows[m] for m in [*TIERS, *COST_METRICS] if m in rows]
+        if n < 2:
+            diffs = "; ".join(f"{METRICS[r['metric']].title} {diff_phrase(r)}" for r in shown)
+            bullets.append(f"{head}no test possible, a test needs n ≥ 2 seeds; the differences: {diffs}.")
+            continue
+        parts = []
+        for r in shown:
+            fewer = f" on {_seeds(r['n_pairs'])}" if r["n_pairs"] != n else ""
+            parts.append(f"{METRICS[r['metric']].title} {diff_phrase(r, full=False)}{fewer}: {verdict(r)}")
+        bullets.append(head + "; ".join(parts) + ".")
+    return bullets
+
+
+def verdict(row: pd.Series) -> str:
+    """significant / within noise / why there is no test, for one comparison row."""
+    if row["note"] == "baseline":
+        return "baseline"
+    if not row["baseline"]:
+        return "no matched static baseline"
+    if row["n_pairs"] < 2:
+        return f"no test possible: {_seeds(row['n_pairs'])} matched, a test needs n ≥ 2"
+    if row["diff_ci_low"] == 0.0 == row["diff_ci_high"]:
+        return "no difference: identical on every seed"
+    if _deterministic(row):
+        return "deterministic: the same difference on every seed, no test needed"
+    if row["within_noise"]:
+        return "within noise (the 95% CI of the paired difference includes 0)"
+    better = (row["mean_diff"] > 0) == METRICS[row["metric"]].higher_is_better
+    return f"significant: {row['group']} is {'better' if better else 'worse'}"
+
+
+def _deterministic(row: pd.Series) -> bool:
+    """A paired difference with no spread (FLOPs, parameters): a p-value of 0 and a zero-width
+    interval would dress a fixed quantity up as a statistical finding."""
+    return bool(row["n_pairs"] >= 2 and row["diff_ci_low"] == row["diff_ci_high"])
+
+
+def p_cell(row: pd.Series, key: str) -> str:
+    return "— (deterministic)" if _deterministic(row) else _p(row[key])
+
+
+def diff_phrase(row: pd.Series, full: bool = True) -> str:
+    """The paired difference with its interval; ``full`` adds the Wilcoxon p-value and n."""
+    kind = METRICS[row["metric"]].kind
+    has_ratio = kind != "acc" and np.isfinite(row["ratio_to_baseline"])
+    ratio = f"{row['ratio_to_baseline']:.2f}× the baseline, " if has_ratio else ""
+    if row["n_pairs"] < 2:  # no interval and no test exist: just the one difference
+        return f"{ratio}{fmt(kind, row['mean_diff'], True)}"
+    if _deterministic(row):
+        return f"{ratio}{fmt(kind, row['mean_diff'], True)} on every seed (deterministic)"
+    lo, hi = fmt(kind, row["diff_ci_low"], True), fmt(kind, row["diff_ci_high"], True)
+    extra = f", Wilcoxon p = {_p(row['p_wilcoxon'])}, n = {_seeds(row['n_pairs'])}" if full else ""
+    text = f"{fmt(kind, row['mean_diff'], True)} (95% CI {lo} to {hi}, paired t p = {_p(row['p_t'])}{extra})"
+    return ratio + text
+
+
+def interval(kind: str, row: pd.Series) -> str:
+    if row is None:
+        return "n/a"
+    text = fmt(kind, row["mean"])
+    if np.isfinite(row["ci_low"]):
+        text += f" [{fmt(kind, row['ci_low'])}, {fmt(kind, row['ci_high'])}]"
+    return f"{text} (n={row['n']})"
+
+
+def _p(value: float) -> str:
+    return f"{value:.3g}" if np.isfinite(value) else "n/a"
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed" if n == 1 else f"{n} seeds"
