@@ -63,6 +63,10 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     # does the grown network's ceiling come from the start network's basin?
     "random-init": ({}, {}, {"growth_init": "random"}, {}),
     "keep+random-init": ({}, {"tier_boundaries": "1,2", "prune_from": 3}, {"growth_init": "random"}, {}),
+    # The same, growing within the first quarter (events at 1/12, 2/12 and 3/12 of training):
+    # does the grown network lose to a fresh one because it starts from a network trained
+    # too long on its own (warm starting, Ash & Adams 2020)?
+    "keep+early": ({}, {"tier_boundaries": "1,2", "prune_from": 3}, {"schedule": "early"}, {}),
     "keep+aug+smooth": (
         {"augment": "flip+shift", "label_smoothing": 0.1},
         {"tier_boundaries": "1,2", "prune_from": 3},
