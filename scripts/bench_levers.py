@@ -99,8 +99,16 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
 @click.option(
     "--arms", default="static,dynamic", show_default=True, help="dynamic alone: statics run elsewhere"
 )
+@click.option("--scores-run", default="", help="a finished score_difficulty run to reuse (empty: score here)")
 def main(
-    levers: str, seeds: str, share: float, subset: int, label_noise: float, output: str, arms: str
+    levers: str,
+    seeds: str,
+    share: float,
+    subset: int,
+    label_noise: float,
+    output: str,
+    arms: str,
+    scores_run: str,
 ) -> None:
     names = [n.strip() for n in levers.split(",")]
     unknown = [n for n in names if n not in LEVERS]
@@ -113,7 +121,7 @@ def main(
     data = load_data(data_cfg)
     final = resolve_spec("default", data.input_shape, data.num_classes)
     budget = f"{share * static_training_flops(final, data, REFERENCE_EPOCHS):.17g}flops"
-    scores_run, _ = scores_with_cost(data_cfg, data)
+    scores_run, _ = scores_with_cost(data_cfg, data, scores_run)
     quiet = RunConfig(progress=False)
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
