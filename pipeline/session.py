@@ -363,15 +363,19 @@ def train_and_log(
 def set_exit_thresholds(
     model, val, exit_cfg: ExitConfig, batch_size: int, val_tiers: torch.Tensor | None
 ) -> None:
-    """Give ``model`` its exit thresholds (``--exit-threshold``, or calibrated on ``val`` for
-    ``--exit-acc-loss``) and log what adaptive inference gets on the validation split:
-    ``val/acc_adaptive``, ``val/flops_adaptive``, ``val/exit_share_<exit>`` and per tier."""
+    """Give ``model`` its exit confidence measure and thresholds (``--exit-threshold``, or
+    calibrated on ``val`` for ``--exit-acc-loss``) and log what adaptive inference gets on the
+    validation split: ``val/acc_adaptive``, ``val/flops_adaptive``, ``val/exit_share_<exit>``
+    and per tier."""
     logits = exits.all_exit_logits(model, val.x, batch_size)  # (K+1, N, classes)
     y = val.y.cpu()
     given = exit_cfg.thresholds_for(model.spec)
-    model.exit_thresholds = given if given is not None else exits.calibrate(logits, y, exit_cfg.exit_acc_loss)
+    measure = model.exit_confidence = exit_cfg.exit_confidence
+    model.exit_thresholds = (
+        given if given is not None else exits.calibrate(logits, y, exit_cfg.exit_acc_loss, measure)
+    )
     flops = exits.exit_flops(model)
-    predictions, taken = exits.simulate(logits, model.exit_thresholds)
+    predictions, taken = exits.simulate(logits, model.exit_thresholds, measure)
     metrics = exits.exit_summary(predictions, taken, y, flops, model.spec, "val/")
     metrics["val/flops_full"] = float(flops_per_example(model, model.spec.input_shape)["forward"])
     if val_tiers is not None:
@@ -386,6 +390,7 @@ def set_exit_thresholds(
     mlflow.log_metrics(metrics)
     mlflow.set_tag("exit_thresholds", json.dumps(list(model.exit_thresholds)))
     mlflow.set_tag("exit_thresholds_source", "given" if given is not None else "calibrated")
+    mlflow.set_tag("exit_confidence", measure)
 
 
 def log_budget(length, state: FitState) -> None:
