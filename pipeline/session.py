@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 
 from models.flops import flops_per_example
-from models.growth import apply_event
+from models.growth import apply_event, stage_exits
 from models.io import save_model
 from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
 from pipeline import exits, plots
@@ -271,13 +271,21 @@ def check_network_sizes(
 ) -> None:
     """Refuse, before training, a start spec or any growth stage over the run's size limits:
     ``fc(100000000)`` or ``out_channels`` 10^9 would otherwise fail (or exhaust the machine)
-    when allocated, after the epochs before it had trained."""
+    when allocated, after the epochs before it had trained. With stage exits (``--exits
+    stages``) each stage is checked with the exits it carries by then (a copy of each earlier
+    stage's classifier path: parameters and training activations too)."""
     max_bytes = limits.memory_limit_bytes(device)
     spec = start
     check_size(spec, limits.max_params, max_bytes, batch_size, f"start spec {start.name}")
-    for event in getattr(plan, "events", []):
+    events = list(getattr(plan, "events", []))
+    for event in events:
         spec = apply_event(spec, event)
         check_size(spec, limits.max_params, max_bytes, batch_size, f"after growth {event.to_compact()}")
+    if getattr(plan, "stage_exits", False):
+        for epoch in sorted({event.epoch for event in events}):
+            staged = stage_exits(start, [event for event in events if event.epoch <= epoch])
+            where = f"after growth at epoch {epoch} with its stage exits ({', '.join(staged.exit_ids())})"
+            check_size(staged, limits.max_params, max_bytes, batch_size, where)
 
 
 def train_and_log(

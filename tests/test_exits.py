@@ -408,3 +408,22 @@ def test_calibration_always_keeps_its_rule_on_the_split_it_saw(measure, seed, k_
     _, shared_taken = exits.simulate(logits, shared, measure)
     assert float(flops[taken].mean()) <= float(flops[shared_taken].mean()) + 1e-9
 
+
+# --- size checks count stage exits ------------------------------------------------------------
+
+
+def test_the_size_check_counts_the_exits_each_growth_stage_adds():
+    from types import SimpleNamespace
+
+    from models.spec import spec_size
+    from pipeline.session import RunConfig, check_network_sizes
+
+    events = named_schedule("default", 12)
+    bare = spec_size(final_spec(MINIMAL, events)).params
+    staged = spec_size(stage_exits(MINIMAL, events)).params
+    assert staged > bare
+    limits = RunConfig(max_params=(bare + staged) // 2)
+    cpu = torch.device("cpu")
+    check_network_sizes(MINIMAL, SimpleNamespace(events=events), 128, limits, cpu)
+    with pytest.raises(SpecError, match=r"with its stage exits \(exit1\).*exceed --max-params"):
+        check_network_sizes(MINIMAL, SimpleNamespace(events=events, stage_exits=True), 128, limits, cpu)
