@@ -293,7 +293,32 @@ def markdown(summary_: dict) -> str:
             or "saved"
         )
 
-    lines = [
+    lines = []
+    variants = [a for a in arms if "[" in a]
+    if variants:  # one row per calibration: the comparison at a glance
+        lines += [
+            "| arm [calibration] | thresholds (per seed) | validation acc lost, points "
+            "| test acc lost, points (95% CI) | FLOPs, adaptive / full | batch-1 speed-up "
+            "| leave at exit 1: easy / medium / hard | hard tier acc lost, points |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for key in variants:
+            f = summary_[key]
+            tiers = f["per_tier"]
+            shares = " / ".join(
+                f"{tiers[t]['exit1_share']['mean']:.3f}" if t in tiers else "n/a" for t in TIER_NAMES
+            )
+            hard = tiers.get("hard", {})
+            hard_loss = (
+                f"{hard['acc_head_pct']['mean'] - hard['acc_adaptive_pct']['mean']:.2f}" if hard else "n/a"
+            )
+            lines.append(
+                f"| {key} | {thresholds(f)} | {ci(f.get('val_acc_loss_points', {}))} "
+                f"| {ci(f['acc_loss_points'])} | {ci(f['flops_ratio'], '{:.3f}')} "
+                f"| {ci(f['latency_ratio_b1'])} | {shares} | {hard_loss} |"
+            )
+        lines.append("")
+    lines += [
         "| mean over seeds (95% CI) | " + " | ".join(arms) + " |",
         "|---|" + "---|" * len(arms),
     ]
@@ -435,7 +460,7 @@ def plot_calibrations(results: dict, path: Path) -> None:
     ]
     fig, axes = plt.subplots(1, len(arms), figsize=(7 * len(arms), 5), squeeze=False)
     colours = {"maxprob": "tab:blue", "entropy": "tab:green"}
-    markers = {"coarse": "s", "fine": "o"}
+    markers = {"coarse": "s", "fine": "o", "loss0": "^"}
     for ax, arm in zip(axes[0], arms):
         labelled: set = set()
         fulls = []
@@ -446,7 +471,7 @@ def plot_calibrations(results: dict, path: Path) -> None:
                     continue
                 measure, grid = variant.split("-")[:2]
                 if variant.endswith("-loss0"):
-                    continue  # the figure compares the rule's default across measures and grids
+                    grid = "loss0"
                 curve = entry["curve"]
                 fulls.append(100 * curve["acc_full"])
                 if grid == "fine":  # the fine grid's curve: every 0.01 of the shared threshold
@@ -459,10 +484,9 @@ def plot_calibrations(results: dict, path: Path) -> None:
                 labelled.add(variant)
                 ax.plot(curve["flops_adaptive"] / 1e6, 100 * curve["acc_adaptive"], markers[grid],
                         color=colours[measure], ms=7, markeredgecolor="k", label=label)  # fmt: skip
-                if "full" not in labelled:
-                    ax.plot(curve["flops_full"] / 1e6, 100 * curve["acc_full"], "D", color="grey", ms=6,
-                            label="full network")  # fmt: skip
-                    labelled.add("full")
+                ax.plot(curve["flops_full"] / 1e6, 100 * curve["acc_full"], "D", color="grey", ms=6,
+                        label=None if "full" in labelled else "full network (each seed)")  # fmt: skip
+                labelled.add("full")
         if fulls:
             ax.set_ylim(min(fulls) - 2, max(fulls) + 0.6)
         ax.set_xlabel("mean forward FLOPs per test example (millions)")
@@ -471,7 +495,10 @@ def plot_calibrations(results: dict, path: Path) -> None:
         ax.set_title(f"{arm}, Fashion-MNIST test (seeds {seeds})", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize=8)
-    fig.suptitle("Early exits: max softmax against entropy, coarse shared against fine per-exit thresholds")
+    fig.suptitle(
+        "Early exits: max softmax vs entropy; coarse shared vs fine per-exit thresholds; ^ = acc-loss 0",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
