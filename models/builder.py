@@ -11,6 +11,8 @@ import math
 import torch
 from torch import nn
 
+from models.confidence import DEFAULT as DEFAULT_CONFIDENCE
+from models.confidence import confidence
 from models.layers import LAYERS, LinearLayer
 from models.spec import HEAD_ID, ArchSpec, check_size, exit_shapes, infer_shapes
 
@@ -43,8 +45,9 @@ def make_exit(entry: dict, in_shapes: list[tuple[int, ...]], num_classes: int) -
 class SpecNet(nn.Module):
     """A network built from a spec; ``spec`` travels with it for saving and growth.
 
-    ``exit_thresholds``: per early exit, the confidence (max softmax) above which an example
-    leaves there in ``adaptive``; set by calibration, saved with the weights (models/io.py).
+    ``exit_thresholds``: per early exit, the confidence above which an example leaves there in
+    ``adaptive``; ``exit_confidence``: the measure (``models.confidence``: maxprob or entropy).
+    Both set by calibration and saved with the weights (models/io.py).
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class SpecNet(nn.Module):
         self._exit_at = {entry["after"]: entry["id"] for entry in spec.exits}
         self._exit_index = {entry["after"]: k for k, entry in enumerate(spec.exits)}
         self.exit_thresholds: tuple[float, ...] | None = None
+        self.exit_confidence: str = DEFAULT_CONFIDENCE
 
     def forward(self, x: torch.Tensor, exits: bool = False) -> torch.Tensor | list[torch.Tensor]:
         """(B, C, H, W) -> (B, num_classes); with ``exits``, every exit's logits in depth order,
@@ -94,11 +98,12 @@ class SpecNet(nn.Module):
     def adaptive(
         self, x: torch.Tensor, thresholds: tuple[float, ...] | list[float] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Input-adaptive inference: each example stops at the first exit whose max softmax is
-        above its threshold (1.0: never leaves there, 0.0: always); only the examples still
-        running go deeper. Returns the logits (B, num_classes) and the exit each example took
-        (B,): its index among the exits, ``len(spec.exits)`` for the head. Thresholds default
-        to ``exit_thresholds``; without them every example runs to the head."""
+        """Input-adaptive inference: each example stops at the first exit whose confidence
+        (``exit_confidence``) is above its threshold (1.0: never leaves there, 0.0: always);
+        only the examples still running go deeper. Returns the logits (B, num_classes) and the
+        exit each example took (B,): its index among the exits, ``len(spec.exits)`` for the
+        head. Thresholds default to ``exit_thresholds``; without them every example runs to
+        the head."""
         thresholds = thresholds if thresholds is not None else self.exit_thresholds
         if thresholds is not None and len(thresholds) != len(self.spec.exits):
             raise ValueError(f"{len(thresholds)} threshold(s) for {len(self.spec.exits)} exit(s)")
@@ -117,7 +122,7 @@ class SpecNet(nn.Module):
             elif lid in self._exit_index:
                 k = self._exit_index[lid]
                 out = self._run_exit(self._exit_at[lid], x).float()  # (R, num_classes)
-                leave = torch.softmax(out, dim=1).amax(1) > thresholds[k]  # (R,)
+                leave = confidence(out, self.exit_confidence) > thresholds[k]  # (R,)
                 if not bool(leave.any()):
                     continue
                 logits[running[leave]] = out[leave]
@@ -135,7 +140,7 @@ class SpecNet(nn.Module):
             k = self._exit_index.get(lid)
             if k is not None:
                 out = self._run_exit(self._exit_at[lid], x).float()  # (1, num_classes)
-                if float(torch.softmax(out, dim=1).max()) > thresholds[k]:
+                if float(confidence(out, self.exit_confidence)[0]) > thresholds[k]:
                     return out, torch.tensor([k], device=x.device)
         return x.float(), torch.tensor([len(self.spec.exits)], device=x.device)
 

@@ -21,14 +21,7 @@ from torch import nn
 
 from models.builder import SpecNet, count_parameters, layer_signature, make_exit, make_head, make_layer
 from models.layers import LAYERS, widen_linear
-
-# Until pipeline/plan.py, main.py, exits.py and scripts/bench_dynamic.py (edited elsewhere)
-# import the schedule's names from models.schedule, the "X as X" ones are re-exported here.
-from models.schedule import NAMED_SCHEDULES as NAMED_SCHEDULES
 from models.schedule import GrowthError, GrowthEvent, final_spec, insert_event
-from models.schedule import named_schedule as named_schedule
-from models.schedule import schedule_to_json as schedule_to_json
-from models.schedule import validate_schedule as validate_schedule
 from models.spec import HEAD_ID, ArchSpec, exit_shapes, infer_shapes
 
 GROWTH_INITS = ("preserve", "random")

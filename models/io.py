@@ -14,11 +14,15 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from models.builder import SpecNet, build_model
+from models.confidence import ConfidenceError, check_confidence
 from models.spec import ArchSpec, SpecError
 
 SPEC_KEY = "arch_spec"
 # The calibrated confidence threshold of each exit (JSON list), when the spec has exits.
 THRESHOLDS_KEY = "exit_thresholds"
+# The confidence measure those thresholds are on (models/confidence.py); absent: max softmax,
+# what every model file saved before the choice existed was calibrated on.
+CONFIDENCE_KEY = "exit_confidence"
 # Artifact keys of a logged MLflow Model (models/served.py): the weights file, and the JSON
 # with the normalisation that makes it take raw uint8 images.
 WEIGHTS = "weights"
@@ -37,6 +41,7 @@ def save_model(model: SpecNet, path: str | Path) -> Path:
     metadata = {SPEC_KEY: model.spec.to_json()}
     if model.exit_thresholds is not None:
         metadata[THRESHOLDS_KEY] = json.dumps(list(model.exit_thresholds))
+        metadata[CONFIDENCE_KEY] = model.exit_confidence
     save_file(tensors, str(tmp), metadata=metadata)
     tmp.replace(path)  # never leave a half-written model under the final name
     return path
@@ -68,6 +73,11 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> SpecNet:
             model.exit_thresholds = check_thresholds(json.loads(metadata[THRESHOLDS_KEY]), model.spec)
         except (SpecError, json.JSONDecodeError) as err:
             raise ModelFileError(f"model file {path} has invalid exit thresholds: {err}") from None
+    if CONFIDENCE_KEY in metadata:
+        try:
+            model.exit_confidence = check_confidence(metadata[CONFIDENCE_KEY], "exit confidence")
+        except ConfidenceError as err:
+            raise ModelFileError(f"model file {path}: {err}") from None
     return model
 
 

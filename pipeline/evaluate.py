@@ -78,6 +78,11 @@ class EvaluateConfig:
         "for models with exits: confidence to leave at each exit (one value or one per exit); "
         "empty: the thresholds calibrated on the validation split and saved with the model",
     )
+    exit_confidence: str = opt(
+        "",
+        "for models with exits: confidence measure (maxprob or entropy); empty: the one saved with "
+        "the model (another needs --exit-threshold, as the saved thresholds are on the saved one)",
+    )
     run_name: str = opt("", "MLflow run name; empty: evaluate")
 
 
@@ -161,16 +166,18 @@ def _spread(x: torch.Tensor, n: int) -> torch.Tensor:
 def adaptive_test_metrics(
     model: SpecNet, thresholds: tuple[float, ...], test: Split, tiers: torch.Tensor | None, batch_size: int
 ) -> tuple[dict[str, float], dict]:
-    """Adaptive inference at ``thresholds`` on the test split, overall and per tier: the share
-    leaving at each exit, accuracy, mean FLOPs per example, and measured latency per example
-    at batch 1 (``infer_ms_b1``) and batched (``infer_ms``), with exits (``_adaptive``) and
-    without. Also the accuracy-against-FLOPs curve over shared thresholds, and the calibrated
-    point on it. Always fp32: exits compare confidences, which autocast would shift."""
+    """Adaptive inference at ``thresholds`` (on ``model.exit_confidence``) on the test split,
+    overall and per tier: the share leaving at each exit, accuracy, mean FLOPs per example, and
+    measured latency per example at batch 1 (``infer_ms_b1``) and batched (``infer_ms``), with
+    exits (``_adaptive``) and without. Also the accuracy-against-FLOPs curve over shared
+    thresholds, and the calibrated point on it. Always fp32: exits compare confidences, which
+    autocast would shift."""
     model.exit_thresholds = thresholds
+    measure = model.exit_confidence
     logits = exits.all_exit_logits(model, test.x, batch_size)  # (K+1, N, classes)
     y = test.y.cpu()
     flops = exits.exit_flops(model)
-    predictions, taken = exits.simulate(logits, thresholds)
+    predictions, taken = exits.simulate(logits, thresholds, measure)
     with torch.no_grad():
         _, adaptive_taken = model.adaptive(test.x[:batch_size])  # the real path
     if not torch.equal(adaptive_taken.cpu(), taken[:batch_size]):
@@ -205,9 +212,10 @@ def adaptive_test_metrics(
         "flops_full": metrics["test/flops_full"],
         "acc_full": float((logits[-1].argmax(1) == y).float().mean()),
         "thresholds": list(thresholds),
+        "confidence": measure,
         "acc_adaptive": metrics["test/acc_adaptive"],
         "flops_adaptive": metrics["test/flops_adaptive"],
-        "curve": exits.curve(logits, y, flops),
+        "curve": exits.curve(logits, y, flops, measure),
     }
     return metrics, curve
 
@@ -316,6 +324,9 @@ def evaluate_run(run_id: str, cfg: EvaluateConfig, data_cache: dict, tmp: Path) 
     confusion.to_csv(dest / "confusion_matrix.csv")
     names = ["per_class.csv", "confusion_matrix.csv", "test_metrics.json"]
     if model.spec.exits:
+        model.exit_confidence = exits.eval_confidence(
+            cfg.exit_confidence, model, bool(cfg.exit_threshold.strip())
+        )
         thresholds = exits.eval_thresholds(cfg.exit_threshold, model, f"run {run_id}")
         exit_metrics, curve = adaptive_test_metrics(model, thresholds, test, tiers, cfg.batch_size)
         metrics.update(exit_metrics)
@@ -330,6 +341,7 @@ def evaluate_run(run_id: str, cfg: EvaluateConfig, data_cache: dict, tmp: Path) 
         )
         names += ["exit_curve.json", "exit_examples.png"]
         client.set_tag(run_id, "test_exit_thresholds", json.dumps(list(thresholds)))
+        client.set_tag(run_id, "test_exit_confidence", model.exit_confidence)
     (dest / "test_metrics.json").write_text(json.dumps(metrics, indent=2))
     for name in names:
         client.log_artifact(run_id, str(dest / name), "evaluation")
@@ -351,6 +363,8 @@ def run(cfg: EvaluateConfig) -> str:
         raise UpstreamError(f"--batch-size must be positive, got {cfg.batch_size}")
     resolve_precision(cfg.precision, inference_device(cfg.device))  # before any run is opened
     exits.parse_values(cfg.exit_threshold, "--exit-threshold", upper=1.0)
+    if cfg.exit_confidence.strip():
+        exits.check_confidence(cfg.exit_confidence.strip())
     run_ids = select_runs(cfg)
     params = flat_params(cfg)
     params["runs"] = ",".join(run_ids)  # what was evaluated; its full text in params/runs.txt

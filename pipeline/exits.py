@@ -3,9 +3,10 @@ split, and what adaptive inference costs and gets on a split. No MLflow inside.
 
 A network with exits (``ArchSpec.exits``) trains every exit at once (deep supervision, Lee et al.
 2015: loss = head's + sum of weight * exit's), and at inference each example stops at the first
-exit confident enough (``SpecNet.adaptive``). One shared threshold is calibrated on the
-validation split: the lowest confidence at which adaptive inference stays within
-``--exit-acc-loss`` points of the head alone.
+exit confident enough (``SpecNet.adaptive``; confidence: max softmax or normalised entropy,
+``--exit-confidence``). Thresholds are calibrated on the validation split so that adaptive
+inference stays within ``--exit-acc-loss`` points of the head alone: the lowest shared
+threshold on a fine grid, then each exit's own lowered in turn while the rule holds.
 """
 
 from __future__ import annotations
@@ -18,15 +19,22 @@ import torch
 import torch.nn.functional as F
 
 from models.builder import SpecNet
+from models.confidence import CONFIDENCES, check_confidence, confidence
+from models.confidence import DEFAULT as DEFAULT_CONFIDENCE
 from models.flops import exit_flops_per_example
-from models.growth import named_schedule, stage_exits
+from models.growth import stage_exits
 from models.io import check_thresholds
+from models.schedule import named_schedule
 from models.spec import HEAD_ID, ArchSpec, SpecError, named_layers, validate
 from pipeline.cli import opt
 
 EXIT_MODES = ("none", "stages")
-# Candidate shared thresholds for calibration: fine near 1, where the accurate ones lie.
-CANDIDATES = np.unique(np.concatenate([np.linspace(0.0, 0.9, 10), 1 - np.geomspace(0.1, 1e-5, 41), [1.0]]))
+# Candidate thresholds for calibration: every 0.01, then finer toward 1 (1 - 10^-2 .. 1 - 10^-6),
+# where a confident network's accurate thresholds lie. A calibration searches them on cached
+# logits, so a fine grid costs milliseconds.
+CANDIDATES = np.unique(
+    np.round(np.concatenate([np.linspace(0.0, 1.0, 101), 1 - np.geomspace(0.01, 1e-6, 41)]), 12)
+)
 
 
 class ExitError(SpecError):
@@ -50,12 +58,18 @@ class ExitConfig:
         0.2, "accuracy points adaptive inference may lose against the head on the validation split"
     )
     exit_threshold: str = opt(
-        "", "confidence (max softmax) to leave at each exit, one value or one per exit; empty: calibrated"
+        "", "confidence to leave at each exit, one value or one per exit; empty: calibrated"
+    )
+    exit_confidence: str = opt(
+        DEFAULT_CONFIDENCE,
+        f"confidence measure of the exits ({', '.join(CONFIDENCES)}): maxprob is the max softmax, "
+        "entropy is 1 - H(p)/log(classes); saved with the model beside the thresholds",
     )
 
     def validate(self) -> ExitConfig:
         if not 0 <= self.exit_acc_loss <= 100:
             raise ExitError(f"--exit-acc-loss must be points in [0, 100], got {self.exit_acc_loss}")
+        check_confidence(self.exit_confidence)
         parse_values(self.exit_weights, "--exit-weights", upper=None)
         parse_values(self.exit_threshold, "--exit-threshold", upper=1.0)
         return self
@@ -82,6 +96,20 @@ def eval_thresholds(text: str, model: SpecNet, source: str) -> tuple[float, ...]
     if model.exit_thresholds is None:
         raise ExitError(f"{source}: its model has exits but no saved thresholds; pass --exit-threshold")
     return model.exit_thresholds
+
+
+def eval_confidence(text: str, model: SpecNet, thresholds_given: bool) -> str:
+    """evaluate's confidence measure: ``--exit-confidence`` where given, else the model's saved
+    one. Saved thresholds are on the saved measure, so another measure needs its own thresholds."""
+    if not text.strip():
+        return model.exit_confidence
+    name = check_confidence(text.strip())
+    if name != model.exit_confidence and not thresholds_given:
+        raise ExitError(
+            f"--exit-confidence {name}: the model's saved thresholds are on {model.exit_confidence}; "
+            "pass --exit-threshold too"
+        )
+    return name
 
 
 def parse_values(text: str, option: str, upper: float | None) -> tuple[float, ...]:
@@ -180,39 +208,75 @@ def all_exit_logits(model: SpecNet, x: torch.Tensor, batch_size: int = 1024) -> 
     return torch.cat(parts, dim=1)
 
 
-def simulate(logits: torch.Tensor, thresholds) -> tuple[torch.Tensor, torch.Tensor]:
+def simulate(
+    logits: torch.Tensor, thresholds, measure: str = DEFAULT_CONFIDENCE
+) -> tuple[torch.Tensor, torch.Tensor]:
     """What ``SpecNet.adaptive`` predicts and where each example leaves, from all exits' logits
     (K+1, N, classes) at once: the same rule, without rerunning the network per threshold."""
-    k_exits, n = logits.shape[0] - 1, logits.shape[1]
-    taken = torch.full((n,), k_exits, dtype=torch.long)
-    confidence = torch.softmax(logits, dim=2).amax(2)  # (K+1, N)
-    for k in reversed(range(k_exits)):  # the first exit that passes wins
-        taken[confidence[k] > thresholds[k]] = k
+    taken = _taken(confidence(logits[:-1], measure), thresholds)
     predictions = logits.argmax(2).gather(0, taken.view(1, -1)).flatten()
     return predictions, taken
 
 
-def calibrate(logits: torch.Tensor, y: torch.Tensor, acc_loss_points: float) -> tuple[float, ...]:
-    """The lowest shared threshold at which adaptive accuracy, and that at every higher candidate,
-    stays within ``acc_loss_points`` of the head's (on the split ``logits`` come from)."""
+def _taken(conf: torch.Tensor, thresholds) -> torch.Tensor:
+    """(N,) the exit each example leaves at, from the exits' confidences (K, N); K: the head."""
+    k_exits, n = conf.shape
+    taken = torch.full((n,), k_exits, dtype=torch.long)
+    for k in reversed(range(k_exits)):  # the first exit that passes wins
+        taken[conf[k] > thresholds[k]] = k
+    return taken
+
+
+def calibrate(
+    logits: torch.Tensor,
+    y: torch.Tensor,
+    acc_loss_points: float,
+    measure: str = DEFAULT_CONFIDENCE,
+    candidates=CANDIDATES,
+    per_exit: bool = True,
+) -> tuple[float, ...]:
+    """Thresholds at which adaptive accuracy stays within ``acc_loss_points`` of the head's (on
+    the split ``logits`` (K+1, N, classes) come from).
+
+    First the lowest shared threshold whose accuracy, and that of every higher candidate, keeps
+    the rule. Then (``per_exit``, K > 1) each exit in depth order lowers its own threshold down
+    the candidates while the rule still holds, in passes until none moves: lowering a threshold
+    only sends examples out earlier, so FLOPs never rise above the shared choice's."""
     k_exits = logits.shape[0] - 1
-    head_acc = float((logits[-1].argmax(1) == y).float().mean())
-    floor = head_acc - acc_loss_points / 100 - 1e-9
-    chosen = 1.0
-    for t in sorted(CANDIDATES, reverse=True):
-        predictions, _ = simulate(logits, [t] * k_exits)
-        if float((predictions == y).float().mean()) < floor:
+    conf = confidence(logits[:-1], measure)  # (K, N)
+    correct = (logits.argmax(2) == y.view(1, -1)).float()  # (K+1, N)
+    floor = float(correct[-1].mean()) - acc_loss_points / 100 - 1e-9
+    descending = sorted((float(t) for t in candidates), reverse=True)
+
+    def keeps_rule(thresholds: list[float]) -> bool:
+        taken = _taken(conf, thresholds)
+        return float(correct.gather(0, taken.view(1, -1)).mean()) >= floor
+
+    shared = 1.0  # never leave: the head's accuracy, which always keeps the rule
+    for t in descending:
+        if not keeps_rule([t] * k_exits):
             break
-        chosen = float(t)
-    return (chosen,) * k_exits
+        shared = t
+    thresholds = [shared] * k_exits
+    moved = per_exit and k_exits > 1
+    while moved:
+        moved = False
+        for k in range(k_exits):
+            for t in (c for c in descending if c < thresholds[k]):
+                if not keeps_rule([*thresholds[:k], t, *thresholds[k + 1 :]]):
+                    break
+                thresholds[k], moved = t, True
+    return tuple(thresholds)
 
 
-def curve(logits: torch.Tensor, y: torch.Tensor, flops: list[int]) -> list[dict]:
+def curve(
+    logits: torch.Tensor, y: torch.Tensor, flops: list[int], measure: str = DEFAULT_CONFIDENCE
+) -> list[dict]:
     """Accuracy and mean FLOPs per example over shared thresholds (the candidates)."""
     k_exits, out = logits.shape[0] - 1, []
     flops_t = torch.tensor(flops, dtype=torch.float64)
     for t in CANDIDATES:
-        predictions, taken = simulate(logits, [float(t)] * k_exits)
+        predictions, taken = simulate(logits, [float(t)] * k_exits, measure)
         out.append(
             {
                 "threshold": float(t),

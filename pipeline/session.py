@@ -21,6 +21,7 @@ import pandas as pd
 import torch
 
 from models.flops import flops_per_example
+from models.growth import stage_exits
 from models.io import save_model
 from models.schedule import apply_event
 from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
@@ -270,13 +271,21 @@ def check_network_sizes(
 ) -> None:
     """Refuse, before training, a start spec or any growth stage over the run's size limits:
     ``fc(100000000)`` or ``out_channels`` 10^9 would otherwise fail (or exhaust the machine)
-    when allocated, after the epochs before it had trained."""
+    when allocated, after the epochs before it had trained. With stage exits (``--exits
+    stages``) each stage is checked with the exits it carries by then (a copy of each earlier
+    stage's classifier path: parameters and training activations too)."""
     max_bytes = limits.memory_limit_bytes(device)
     spec = start
     check_size(spec, limits.max_params, max_bytes, batch_size, f"start spec {start.name}")
-    for event in getattr(plan, "events", []):
+    events = list(getattr(plan, "events", []))
+    for event in events:
         spec = apply_event(spec, event)
         check_size(spec, limits.max_params, max_bytes, batch_size, f"after growth {event.to_compact()}")
+    if getattr(plan, "stage_exits", False):
+        for epoch in sorted({event.epoch for event in events}):
+            staged = stage_exits(start, [event for event in events if event.epoch <= epoch])
+            where = f"after growth at epoch {epoch} with its stage exits ({', '.join(staged.exit_ids())})"
+            check_size(staged, limits.max_params, max_bytes, batch_size, where)
 
 
 def train_and_log(
@@ -361,15 +370,19 @@ def train_and_log(
 def set_exit_thresholds(
     model, val, exit_cfg: ExitConfig, batch_size: int, val_tiers: torch.Tensor | None
 ) -> None:
-    """Give ``model`` its exit thresholds (``--exit-threshold``, or calibrated on ``val`` for
-    ``--exit-acc-loss``) and log what adaptive inference gets on the validation split:
-    ``val/acc_adaptive``, ``val/flops_adaptive``, ``val/exit_share_<exit>`` and per tier."""
+    """Give ``model`` its exit confidence measure and thresholds (``--exit-threshold``, or
+    calibrated on ``val`` for ``--exit-acc-loss``) and log what adaptive inference gets on the
+    validation split: ``val/acc_adaptive``, ``val/flops_adaptive``, ``val/exit_share_<exit>``
+    and per tier."""
     logits = exits.all_exit_logits(model, val.x, batch_size)  # (K+1, N, classes)
     y = val.y.cpu()
     given = exit_cfg.thresholds_for(model.spec)
-    model.exit_thresholds = given if given is not None else exits.calibrate(logits, y, exit_cfg.exit_acc_loss)
+    measure = model.exit_confidence = exit_cfg.exit_confidence
+    model.exit_thresholds = (
+        given if given is not None else exits.calibrate(logits, y, exit_cfg.exit_acc_loss, measure)
+    )
     flops = exits.exit_flops(model)
-    predictions, taken = exits.simulate(logits, model.exit_thresholds)
+    predictions, taken = exits.simulate(logits, model.exit_thresholds, measure)
     metrics = exits.exit_summary(predictions, taken, y, flops, model.spec, "val/")
     metrics["val/flops_full"] = float(flops_per_example(model, model.spec.input_shape)["forward"])
     if val_tiers is not None:
@@ -384,6 +397,7 @@ def set_exit_thresholds(
     mlflow.log_metrics(metrics)
     mlflow.set_tag("exit_thresholds", json.dumps(list(model.exit_thresholds)))
     mlflow.set_tag("exit_thresholds_source", "given" if given is not None else "calibrated")
+    mlflow.set_tag("exit_confidence", measure)
 
 
 def log_budget(length, state: FitState) -> None:

@@ -1,7 +1,10 @@
 """Benchmark: input-adaptive inference with early exits, on the full Fashion-MNIST test split.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_exits.py            # seeds 100-102, 4 arms
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_exits.py --resume docs/results/exits/bench_exits.json
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_exits.py --resume   # skip what the JSON holds
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_exits.py --arms dynamic+exits,static+exits \
+        --calibrations maxprob-coarse,maxprob-fine,entropy-coarse,entropy-fine \
+        --output docs/results/exits/bench_exits_calibration.json    # thresholds re-chosen
 
 Arms, per seed (12 epochs, default options otherwise):
 
@@ -21,6 +24,12 @@ per example at batch 1 and batched, with and without exits. Training runs first,
 evaluation after, so the latencies are timed back to back on a machine doing nothing else of
 ours. Seeds 0-2 are the tuning seeds and are refused unless ``--allow-tuning-seeds``.
 
+``--calibrations`` re-chooses the exits arms' thresholds from the trained weights and the
+validation split alone, per variant (confidence measure and search), and evaluates each on the
+test split through ``evaluate --exit-threshold --exit-confidence``: the same trained models
+under max softmax and entropy, and under issue 14's coarse shared grid and the fine per-exit
+search. ``saved`` (the default) evaluates at the thresholds training saved with the model.
+
 The JSON output is rewritten after every run (``--resume`` reads it back and skips what is
 done). Writes runs to MLFLOW_TRACKING_URI (default sqlite:///mlflow.db), experiment
 ``bench_exits``; the accuracy-against-FLOPs figure goes beside the JSON.
@@ -37,14 +46,18 @@ from pathlib import Path
 
 import click
 import mlflow
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
 
-from pipeline import evaluate, score_difficulty, train_dynamic, train_static
+from models.flops import flops_per_example
+from models.io import load_model
+from pipeline import evaluate, exits, score_difficulty, train_dynamic, train_static
 from pipeline.data import DataConfig, load_data
 from pipeline.exits import ExitConfig
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
+from pipeline.scores import load_scores
 from pipeline.session import RunConfig, find_scores_run
 from pipeline.stats import paired_test, summary
 from pipeline.training import TIER_NAMES, TrainConfig
@@ -57,6 +70,23 @@ MAX_FLOPS_RATIO = 0.5
 MAX_ACC_LOSS_POINTS = 0.2
 MIN_LATENCY_RATIO = 1.5
 MIN_EASY_FIRST_EXIT = 0.8
+MAX_HARD_FIRST_EXIT = 0.5  # "the hard tier mostly runs deep"
+# Issue 14's calibration grid (one shared threshold, 0.7 -> 0.8 -> 0.9, finer only above 0.9),
+# kept to compare against on the same trained models.
+COARSE_CANDIDATES = np.unique(
+    np.concatenate([np.linspace(0.0, 0.9, 10), 1 - np.geomspace(0.1, 1e-5, 41), [1.0]])
+)
+# Threshold choices to compare: (confidence measure, candidate grid, per-exit search, accuracy
+# points allowed to be lost on validation; None: --exit-acc-loss's default). The "-loss0"
+# variants are the user's other choice of rule (--exit-acc-loss 0), not a tuning on test.
+CALIBRATIONS = {
+    "maxprob-coarse": ("maxprob", COARSE_CANDIDATES, False, None),
+    "maxprob-fine": ("maxprob", exits.CANDIDATES, True, None),
+    "entropy-coarse": ("entropy", COARSE_CANDIDATES, False, None),
+    "entropy-fine": ("entropy", exits.CANDIDATES, True, None),
+    "maxprob-fine-loss0": ("maxprob", exits.CANDIDATES, True, 0.0),
+    "entropy-fine-loss0": ("entropy", exits.CANDIDATES, True, 0.0),
+}
 
 
 def train_arm(arm: str, seed: int, epochs: int, data_cfg: DataConfig, scores_run: str) -> str:
@@ -78,6 +108,51 @@ def arm_figures(run_id: str) -> dict:
     metrics = mlflow.MlflowClient().get_run(run_id).data.metrics
     keep = ("test/", "val/acc", "final/", "time/total_s", "train/flops_cumulative")
     return {k: v for k, v in sorted(metrics.items()) if k.startswith(keep)}
+
+
+def recalibrate(run_id: str, variant: str, data, val_tiers, acc_loss: float) -> dict:
+    """The thresholds ``variant`` chooses for a trained run, from its weights and the validation
+    split only, with what they get there (overall and per tier)."""
+    measure, candidates, per_exit, loss = CALIBRATIONS[variant]
+    acc_loss = acc_loss if loss is None else loss
+    with tempfile.TemporaryDirectory() as tmp:
+        path = mlflow.MlflowClient().download_artifacts(run_id, "model/model.safetensors", tmp)
+        model = load_model(path)
+    logits = exits.all_exit_logits(model, data.val.x)  # (K+1, N, classes)
+    y = data.val.y
+    thresholds = exits.calibrate(logits, y, acc_loss, measure, candidates, per_exit)
+    predictions, taken = exits.simulate(logits, thresholds, measure)
+    val = {
+        "acc_head": float((logits[-1].argmax(1) == y).float().mean()),
+        "acc_adaptive": float((predictions == y).float().mean()),
+        "exit1_share": float((taken == 0).float().mean()),
+    }
+    flops = torch.tensor(exits.exit_flops(model), dtype=torch.float64)
+    full = float(flops_per_example(model, model.spec.input_shape)["forward"])
+    val["flops_ratio"] = float(flops[taken].mean()) / full
+    out = {
+        "confidence": measure,
+        "acc_loss_points_allowed": acc_loss,
+        "thresholds": list(thresholds),
+        "saved_thresholds": list(model.exit_thresholds or []),
+        "val": val,
+    }
+    if val_tiers is not None:
+        hard = val_tiers == TIER_NAMES.index("hard")
+        for t, tier in enumerate(TIER_NAMES):
+            val[f"exit1_share_{tier}"] = float((taken[val_tiers == t] == 0).float().mean())
+        # Not a calibration (the tier is unknown at inference): what keeping most of the hard
+        # tier deep would cost, at the lowest shared threshold of the grid that does it.
+        for t in sorted(float(c) for c in candidates):
+            p, where = exits.simulate(logits, [t] * (len(logits) - 1), measure)
+            if float((where[hard] == 0).float().mean()) < MAX_HARD_FIRST_EXIT:
+                out["hard_mostly_deep"] = {
+                    "threshold": t,
+                    "acc_loss_points": 100 * (val["acc_head"] - float((p == y).float().mean())),
+                    "flops_ratio": float(flops[where].mean()) / full,
+                }
+                break
+    return out
 
 
 def exit_curve(run_id: str) -> dict | None:
@@ -105,50 +180,35 @@ def summarise(results: dict) -> dict:
             results[s][arm]["figures"] for s in seeds if arm in results[s] and "figures" in results[s][arm]
         ]
         rows = [r for r in rows if "test/flops_ratio" in r]
-        if not rows:
-            continue
-        figure = {
-            "n_seeds": len(rows),
-            "flops_ratio": _stat([r["test/flops_ratio"] for r in rows]),
-            "acc_head_pct": _stat([r["test/acc"] for r in rows], 100),
-            "acc_adaptive_pct": _stat([r["test/acc_adaptive"] for r in rows], 100),
-            "acc_loss_points": _stat([r["test/acc"] - r["test/acc_adaptive"] for r in rows], 100),
-            "latency_ratio_b1": _stat([r["test/latency_ratio_b1"] for r in rows]),
-            "latency_ratio_batched": _stat(
-                [r["test/infer_ms_per_example"] / r["test/infer_ms_adaptive"] for r in rows]
-            ),
-            "infer_ms_b1": _stat([r["test/infer_ms_b1"] for r in rows]),
-            "infer_ms_b1_adaptive": _stat([r["test/infer_ms_b1_adaptive"] for r in rows]),
-            "acc_exit1_pct": _stat([r["test/acc_exit1"] for r in rows], 100),
-            "per_tier": {},
-        }
-        for tier in TIER_NAMES:
-            if f"test/exit_share_exit1_{tier}" not in rows[0]:
-                continue
-            figure["per_tier"][tier] = {
-                "exit1_share": _stat([r[f"test/exit_share_exit1_{tier}"] for r in rows]),
-                "acc_head_pct": _stat([r[f"test/acc_{tier}"] for r in rows], 100),
-                "acc_adaptive_pct": _stat([r[f"test/acc_adaptive_{tier}"] for r in rows], 100),
-                "flops_ratio": _stat([r[f"test/flops_adaptive_{tier}"] / r["test/flops_full"] for r in rows]),
-                "infer_ms_b1": _stat([r[f"test/infer_ms_b1_{tier}"] for r in rows]),
-                "infer_ms_b1_adaptive": _stat([r[f"test/infer_ms_b1_adaptive_{tier}"] for r in rows]),
-            }
-        easy = figure["per_tier"].get("easy", {}).get("exit1_share", {}).get("mean", float("nan"))
-        figure["targets"] = {
-            f"flops_ratio <= {MAX_FLOPS_RATIO}": figure["flops_ratio"]["mean"] <= MAX_FLOPS_RATIO,
-            f"acc_loss_points <= {MAX_ACC_LOSS_POINTS}": figure["acc_loss_points"]["mean"]
-            <= MAX_ACC_LOSS_POINTS,
-            f"latency_ratio_b1 >= {MIN_LATENCY_RATIO}": figure["latency_ratio_b1"]["mean"]
-            >= MIN_LATENCY_RATIO,
-            f"easy exit1_share >= {MIN_EASY_FIRST_EXIT}": easy >= MIN_EASY_FIRST_EXIT,
-        }
-        out[arm] = figure
+        if rows:
+            out[arm] = summarise_exits(rows)
+        for variant in CALIBRATIONS:
+            done = [results[s][arm]["calibrations"][variant] for s in seeds if _has(results[s], arm, variant)]
+            if done:
+                figure = summarise_exits([d["figures"] for d in done])
+                figure["thresholds"] = [d["thresholds"] for d in done]
+                figure["val_acc_loss_points"] = _stat(
+                    [d["val"]["acc_head"] - d["val"]["acc_adaptive"] for d in done], 100
+                )
+                figure["val_exit1_share"] = {
+                    k.removeprefix("exit1_share").lstrip("_") or "all": _stat([d["val"][k] for d in done])
+                    for k in done[0]["val"]
+                    if k.startswith("exit1_share")
+                }
+                deep = [d["hard_mostly_deep"] for d in done if "hard_mostly_deep" in d]
+                if deep:
+                    figure["val_hard_mostly_deep"] = {
+                        k: _stat([d[k] for d in deep])
+                        for k in ("threshold", "acc_loss_points", "flops_ratio")
+                    }
+                figure["val_flops_ratio"] = _stat([d["val"]["flops_ratio"] for d in done])
+                out[f"{arm} [{variant}]"] = figure
     # Deep supervision: the final head's test accuracy with the auxiliary loss against without.
     for with_exits, without in (("dynamic+exits", "dynamic"), ("static+exits", "static")):
         pairs = [
-            (results[s][with_exits]["figures"]["test/acc"], results[s][without]["figures"]["test/acc"])
+            (head_figures(results[s][with_exits])["test/acc"], results[s][without]["figures"]["test/acc"])
             for s in seeds
-            if all("figures" in results[s].get(a, {}) for a in (with_exits, without))
+            if head_figures(results[s].get(with_exits, {})) and "figures" in results[s].get(without, {})
         ]
         if pairs:
             test = paired_test([a for a, _ in pairs], [b for _, b in pairs])
@@ -158,6 +218,59 @@ def summarise(results: dict) -> dict:
                 "unit": "test accuracy points of the final head",
             }
     return out
+
+
+def _has(runs_of_seed: dict, arm: str, variant: str) -> bool:
+    return "figures" in runs_of_seed.get(arm, {}).get("calibrations", {}).get(variant, {})
+
+
+def head_figures(entry: dict) -> dict:
+    """Figures of a run with the head's test accuracy: evaluate's at the saved thresholds, or
+    any calibration variant's (the head does not depend on the thresholds)."""
+    if "figures" in entry:
+        return entry["figures"]
+    done = [v["figures"] for v in entry.get("calibrations", {}).values() if "figures" in v]
+    return done[0] if done else {}
+
+
+def summarise_exits(rows: list[dict]) -> dict:
+    """Mean and 95% CI over seeds of each target's figure, overall and per tier."""
+    figure = {
+        "n_seeds": len(rows),
+        "flops_ratio": _stat([r["test/flops_ratio"] for r in rows]),
+        "acc_head_pct": _stat([r["test/acc"] for r in rows], 100),
+        "acc_adaptive_pct": _stat([r["test/acc_adaptive"] for r in rows], 100),
+        "acc_loss_points": _stat([r["test/acc"] - r["test/acc_adaptive"] for r in rows], 100),
+        "latency_ratio_b1": _stat([r["test/latency_ratio_b1"] for r in rows]),
+        "latency_ratio_batched": _stat(
+            [r["test/infer_ms_per_example"] / r["test/infer_ms_adaptive"] for r in rows]
+        ),
+        "infer_ms_b1": _stat([r["test/infer_ms_b1"] for r in rows]),
+        "infer_ms_b1_adaptive": _stat([r["test/infer_ms_b1_adaptive"] for r in rows]),
+        "acc_exit1_pct": _stat([r["test/acc_exit1"] for r in rows], 100),
+        "per_tier": {},
+    }
+    for tier in TIER_NAMES:
+        if f"test/exit_share_exit1_{tier}" not in rows[0]:
+            continue
+        figure["per_tier"][tier] = {
+            "exit1_share": _stat([r[f"test/exit_share_exit1_{tier}"] for r in rows]),
+            "acc_head_pct": _stat([r[f"test/acc_{tier}"] for r in rows], 100),
+            "acc_adaptive_pct": _stat([r[f"test/acc_adaptive_{tier}"] for r in rows], 100),
+            "flops_ratio": _stat([r[f"test/flops_adaptive_{tier}"] / r["test/flops_full"] for r in rows]),
+            "infer_ms_b1": _stat([r[f"test/infer_ms_b1_{tier}"] for r in rows]),
+            "infer_ms_b1_adaptive": _stat([r[f"test/infer_ms_b1_adaptive_{tier}"] for r in rows]),
+        }
+    easy = figure["per_tier"].get("easy", {}).get("exit1_share", {}).get("mean", float("nan"))
+    hard = figure["per_tier"].get("hard", {}).get("exit1_share", {}).get("mean", float("nan"))
+    figure["targets"] = {
+        f"flops_ratio <= {MAX_FLOPS_RATIO}": figure["flops_ratio"]["mean"] <= MAX_FLOPS_RATIO,
+        f"acc_loss_points <= {MAX_ACC_LOSS_POINTS}": figure["acc_loss_points"]["mean"] <= MAX_ACC_LOSS_POINTS,
+        f"latency_ratio_b1 >= {MIN_LATENCY_RATIO}": figure["latency_ratio_b1"]["mean"] >= MIN_LATENCY_RATIO,
+        f"easy exit1_share >= {MIN_EASY_FIRST_EXIT}": easy >= MIN_EASY_FIRST_EXIT,
+        f"hard exit1_share < {MAX_HARD_FIRST_EXIT} (mostly deep)": hard < MAX_HARD_FIRST_EXIT,
+    }
+    return figure
 
 
 def markdown(summary_: dict) -> str:
@@ -171,13 +284,77 @@ def markdown(summary_: dict) -> str:
             text += f" ({fmt.format(stat['ci_low'])} to {fmt.format(stat['ci_high'])})"
         return text
 
-    arms = [a for a in ("dynamic+exits", "static+exits") if a in summary_]
-    lines = [
+    # one column per exits arm and calibration variant: "dynamic+exits [entropy-fine]"
+    arms = [k for k in summary_ if not k.startswith("deep_supervision")]
+
+    def thresholds(f: dict) -> str:
+        return (
+            "; ".join("/".join(f"{t:.4g}" for t in per_seed) for per_seed in f.get("thresholds", []))
+            or "saved"
+        )
+
+    lines = []
+    variants = [a for a in arms if "[" in a]
+    if variants:  # one row per calibration: the comparison at a glance
+        lines += [
+            "| arm [calibration] | thresholds (per seed) | validation acc lost, points "
+            "| test acc lost, points (95% CI) | FLOPs, adaptive / full | batch-1 speed-up "
+            "| leave at exit 1: easy / medium / hard | hard tier acc lost, points |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for key in variants:
+            f = summary_[key]
+            tiers = f["per_tier"]
+            shares = " / ".join(
+                f"{tiers[t]['exit1_share']['mean']:.3f}" if t in tiers else "n/a" for t in TIER_NAMES
+            )
+            hard = tiers.get("hard", {})
+            hard_loss = (
+                f"{hard['acc_head_pct']['mean'] - hard['acc_adaptive_pct']['mean']:.2f}" if hard else "n/a"
+            )
+            lines.append(
+                f"| {key} | {thresholds(f)} | {ci(f.get('val_acc_loss_points', {}))} "
+                f"| {ci(f['acc_loss_points'])} | {ci(f['flops_ratio'], '{:.3f}')} "
+                f"| {ci(f['latency_ratio_b1'])} | {shares} | {hard_loss} |"
+            )
+        lines.append("")
+    lines += [
         "| mean over seeds (95% CI) | " + " | ".join(arms) + " |",
         "|---|" + "---|" * len(arms),
     ]
     rows = [
         ("seeds", lambda f: str(f["n_seeds"])),
+        ("thresholds (per seed)", thresholds),
+        ("validation accuracy lost, points", lambda f: ci(f.get("val_acc_loss_points", {}))),
+        ("validation FLOPs, adaptive / full", lambda f: ci(f.get("val_flops_ratio", {}), "{:.3f}")),
+        (
+            "keeping half the hard tier deep (validation): shared threshold",
+            lambda f: ci(f.get("val_hard_mostly_deep", {}).get("threshold", {}), "{:.4f}"),
+        ),
+        (
+            "... its accuracy lost, points / FLOPs ratio",
+            lambda f: (
+                ci(f.get("val_hard_mostly_deep", {}).get("acc_loss_points", {}))
+                + " / "
+                + ci(f.get("val_hard_mostly_deep", {}).get("flops_ratio", {}), "{:.3f}")
+            ),
+        ),
+        (
+            "hard tier leaving at exit 1 (validation)",
+            lambda f: ci(f.get("val_exit1_share", {}).get("hard", {}), "{:.3f}"),
+        ),
+        (
+            "hard tier leaving at exit 1 (test)",
+            lambda f: ci(f["per_tier"].get("hard", {}).get("exit1_share", {}), "{:.3f}"),
+        ),
+        (
+            "medium tier leaving at exit 1 (test)",
+            lambda f: ci(f["per_tier"].get("medium", {}).get("exit1_share", {}), "{:.3f}"),
+        ),
+        (
+            "easy tier leaving at exit 1 (test)",
+            lambda f: ci(f["per_tier"].get("easy", {}).get("exit1_share", {}), "{:.3f}"),
+        ),
         ("head test acc, %", lambda f: ci(f["acc_head_pct"])),
         ("adaptive test acc, %", lambda f: ci(f["acc_adaptive_pct"])),
         ("accuracy lost, points", lambda f: ci(f["acc_loss_points"])),
@@ -268,6 +445,65 @@ def plot_curves(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def plot_calibrations(results: dict, path: Path) -> None:
+    """Per exits arm: test accuracy against mean FLOPs over shared thresholds under each
+    confidence measure (one line per seed), and where each calibration variant lands."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = [
+        a
+        for a in ("dynamic+exits", "static+exits")
+        if any(results[s].get(a, {}).get("calibrations") for s in results)
+    ]
+    fig, axes = plt.subplots(1, len(arms), figsize=(7 * len(arms), 5), squeeze=False)
+    colours = {"maxprob": "tab:blue", "entropy": "tab:green"}
+    markers = {"coarse": "s", "fine": "o", "loss0": "^"}
+    for ax, arm in zip(axes[0], arms):
+        labelled: set = set()
+        fulls = []
+        for seed in sorted(results, key=int):
+            done = results[seed].get(arm, {}).get("calibrations", {})
+            for variant, entry in done.items():
+                if not entry.get("curve"):
+                    continue
+                measure, grid = variant.split("-")[:2]
+                if variant.endswith("-loss0"):
+                    grid = "loss0"
+                curve = entry["curve"]
+                fulls.append(100 * curve["acc_full"])
+                if grid == "fine":  # the fine grid's curve: every 0.01 of the shared threshold
+                    points = sorted(curve["curve"], key=lambda p: p["flops"])
+                    label = f"{measure}: shared thresholds" if measure not in labelled else None
+                    labelled.add(measure)
+                    ax.plot([p["flops"] / 1e6 for p in points], [100 * p["acc"] for p in points], "-",
+                            color=colours[measure], alpha=0.6, lw=1.1, label=label)  # fmt: skip
+                label = f"{variant}: calibrated" if variant not in labelled else None
+                labelled.add(variant)
+                ax.plot(curve["flops_adaptive"] / 1e6, 100 * curve["acc_adaptive"], markers[grid],
+                        color=colours[measure], ms=7, markeredgecolor="k", label=label)  # fmt: skip
+                ax.plot(curve["flops_full"] / 1e6, 100 * curve["acc_full"], "D", color="grey", ms=6,
+                        label=None if "full" in labelled else "full network (each seed)")  # fmt: skip
+                labelled.add("full")
+        if fulls:
+            ax.set_ylim(min(fulls) - 2, max(fulls) + 0.6)
+        ax.set_xlabel("mean forward FLOPs per test example (millions)")
+        ax.set_ylabel("test accuracy (%)")
+        seeds = ", ".join(sorted(results, key=int))
+        ax.set_title(f"{arm}, Fashion-MNIST test (seeds {seeds})", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
+    fig.suptitle(
+        "Early exits: max softmax vs entropy; coarse shared vs fine per-exit thresholds; ^ = acc-loss 0",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _write(output: Path, payload: dict) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_suffix(".partial")
@@ -284,6 +520,12 @@ def _write(output: Path, payload: dict) -> None:
 @click.option("--scores-run", default="", help="reuse this score_difficulty run; empty: newest, or run one")
 @click.option("--output", default="docs/results/exits/bench_exits.json", show_default=True)
 @click.option("--resume", "resume", is_flag=True, help="skip the runs the output file already holds")
+@click.option(
+    "--calibrations",
+    default="saved",
+    show_default=True,
+    help=f"thresholds of the exits arms to evaluate: saved (training's), and/or {', '.join(CALIBRATIONS)}",
+)
 def main(
     seeds: str,
     allow_tuning_seeds: bool,
@@ -293,12 +535,17 @@ def main(
     scores_run: str,
     output: str,
     resume: bool,
+    calibrations: str,
 ) -> None:
     seed_list = [int(s) for s in seeds.split(",")]
     arm_list = [a.strip() for a in arms.split(",") if a.strip()]
     unknown = sorted(set(arm_list) - set(ARMS))
     if unknown:
         raise click.UsageError(f"--arms: unknown {unknown} (known: {', '.join(ARMS)})")
+    variants = [c.strip() for c in calibrations.split(",") if c.strip()]
+    unknown = sorted(set(variants) - {"saved", *CALIBRATIONS})
+    if unknown:
+        raise click.UsageError(f"--calibrations: unknown {unknown} (known: saved, {', '.join(CALIBRATIONS)})")
     reused = sorted(set(seed_list) & set(TUNING_SEEDS))
     if reused and not allow_tuning_seeds:
         raise click.UsageError(f"--seeds {seeds}: seed(s) {reused} are the tuning seeds; report on others")
@@ -344,7 +591,7 @@ def main(
         (seed, arm, entry["run_id"])
         for seed, arms_of_seed in results.items()
         for arm, entry in arms_of_seed.items()
-        if "figures" not in entry
+        if "figures" not in entry and (not arm.endswith("+exits") or "saved" in variants)
     ]
     if pending:
         print(f"evaluating {len(pending)} run(s)", flush=True)
@@ -353,18 +600,43 @@ def main(
             results[seed][arm]["figures"] = arm_figures(run_id)
             results[seed][arm]["curve"] = exit_curve(run_id)
             _write(out_path, payload)
+    # Re-chosen thresholds on the same trained models, each evaluated on test through evaluate.
+    val_tiers = load_scores(scores_run, data).tiers_for(data.val, "val").cpu()
+    acc_loss = ExitConfig().exit_acc_loss
+    for seed, arms_of_seed in results.items():
+        for arm, entry in arms_of_seed.items():
+            for variant in (v for v in variants if v in CALIBRATIONS and arm.endswith("+exits")):
+                if "figures" in entry.setdefault("calibrations", {}).get(variant, {}):
+                    continue
+                print(f"seed {seed}: {arm} at {variant} thresholds", flush=True)
+                chosen = recalibrate(entry["run_id"], variant, data, val_tiers, acc_loss)
+                evaluate.run(
+                    evaluate.EvaluateConfig(
+                        runs=entry["run_id"],
+                        exit_threshold=",".join(repr(t) for t in chosen["thresholds"]),
+                        exit_confidence=chosen["confidence"],
+                        run_name=f"bench_exits {variant}",
+                    )
+                )
+                chosen["figures"] = arm_figures(entry["run_id"])
+                chosen["curve"] = exit_curve(entry["run_id"])
+                entry["calibrations"][variant] = chosen
+                _write(out_path, payload)
     payload["summary"] = summarise(results)
     payload["loadavg_1_5_15_at_end"] = list(os.getloadavg())
     _write(out_path, payload)
-    plot_curves(results, out_path.with_name("accuracy_vs_flops.png"))
+    if any(entry.get("curve") for arms_of_seed in results.values() for entry in arms_of_seed.values()):
+        plot_curves(results, out_path.with_name("accuracy_vs_flops.png"))
+    if any(v in CALIBRATIONS for v in variants):
+        plot_calibrations(results, out_path.with_name("accuracy_vs_flops_calibrations.png"))
     table = markdown(payload["summary"])
     out_path.with_suffix(".md").write_text(table + "\n")
     print(table)
     medians = [
-        results[s][a]["figures"].get("test/latency_ratio_b1", float("nan"))
+        results[s][a]["figures"]["test/latency_ratio_b1"]
         for s in results
         for a in results[s]
-        if a.endswith("+exits")
+        if a.endswith("+exits") and "test/latency_ratio_b1" in results[s][a].get("figures", {})
     ]
     if medians:
         print(f"batch-1 latency ratio, median over exit runs: {statistics.median(medians):.2f}")

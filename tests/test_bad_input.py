@@ -259,6 +259,18 @@ CASES = [
         "--exits stages: the default schedule's stage exits do not fit",
     ),
     Case("negative exit weight", DYNAMIC, (*SCORED, "--exit-weights", "-1"), "--exit-weights '-1'"),
+    Case(
+        "unknown exit confidence",
+        STATIC,
+        (*SCORED, "--spec", "tiny", "--exits", "pool1", "--exit-confidence", "margin"),
+        "--exit-confidence 'margin' is unknown (known: maxprob, entropy)",
+    ),
+    Case(
+        "unknown exit confidence in evaluate",
+        "evaluate",
+        ("--exit-confidence", "margin"),
+        "--exit-confidence 'margin' is unknown (known: maxprob, entropy)",
+    ),
     # checkpoints and model files
     Case(
         "resume a run without a checkpoint",

@@ -12,9 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.builder import build_model
+from models.confidence import CONFIDENCES, ConfidenceError, confidence
 from models.flops import exit_flops_per_example, flops_per_example
 from models.growth import carry_stage_head, grow, stage_exits
-from models.io import check_thresholds, load_model, save_model
+from models.io import CONFIDENCE_KEY, ModelFileError, check_thresholds, load_model, save_model
 from models.schedule import final_spec, named_schedule
 from models.spec import ArchSpec, SpecError, named_layers, validate
 from pipeline import exits
@@ -75,6 +76,10 @@ def test_thresholds_outside_0_1_or_of_the_wrong_count_are_refused(values):
 
 
 def test_exit_options_are_checked():
+    with pytest.raises(
+        ConfidenceError, match=r"--exit-confidence 'margin' is unknown \(known: maxprob, entropy\)"
+    ):
+        ExitConfig(exit_confidence="margin").validate()
     with pytest.raises(ExitError, match="outside"):
         ExitConfig(exit_threshold="1.2").validate()
     with pytest.raises(ExitError, match="outside"):
@@ -142,10 +147,12 @@ def test_exit_flops_grow_with_depth_and_the_first_exit_is_cheap():
 # --- adaptive inference ----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("measure", list(CONFIDENCES))
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 9))
-def test_never_exit_is_the_full_forward_and_always_exit_the_first_exit(seed, n):
+def test_never_exit_is_the_full_forward_and_always_exit_the_first_exit(measure, seed, n):
     model = _model(_two_exits(), seed % 7)
+    model.exit_confidence = measure
     x = torch.randn(n, *SHAPE, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         full, all_exits = model(x), model(x, exits=True)
@@ -157,17 +164,19 @@ def test_never_exit_is_the_full_forward_and_always_exit_the_first_exit(seed, n):
     assert (taken == 0).all()
 
 
+@pytest.mark.parametrize("measure", list(CONFIDENCES))
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10_000),
     n=st.integers(2, 12),
-    thresholds=st.lists(st.sampled_from([0.12, 0.15, 0.2, 0.3, 0.5]), min_size=2, max_size=2),
+    thresholds=st.lists(st.sampled_from([0.01, 0.03, 0.12, 0.15, 0.2, 0.3, 0.5]), min_size=2, max_size=2),
 )
-def test_a_mixed_batch_gives_each_example_what_it_gets_alone(seed, n, thresholds):
+def test_a_mixed_batch_gives_each_example_what_it_gets_alone(measure, seed, n, thresholds):
     model = _model(_two_exits(), seed % 5)
+    model.exit_confidence = measure
     x = torch.randn(n, *SHAPE, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
-        confidences = torch.stack([torch.softmax(o, 1).amax(1) for o in model(x, exits=True)[:-1]])
+        confidences = torch.stack([confidence(o, measure) for o in model(x, exits=True)[:-1]])
     # an example whose confidence sits on a threshold could go either way at float precision
     if (confidences - torch.tensor(thresholds).view(-1, 1)).abs().min() < 1e-4:
         return
@@ -178,7 +187,7 @@ def test_a_mixed_batch_gives_each_example_what_it_gets_alone(seed, n, thresholds
         assert int(taken[i]) == int(where)
     # the simulation that calibrates and draws curves takes the same decisions
     all_logits = exits.all_exit_logits(model, x)
-    predictions, simulated = exits.simulate(all_logits, thresholds)
+    predictions, simulated = exits.simulate(all_logits, thresholds, measure)
     assert torch.equal(simulated, taken) and torch.equal(predictions, logits.argmax(1))
 
 
@@ -191,6 +200,7 @@ def test_save_load_keeps_exits_and_thresholds_and_takes_the_same_exits(tmp_path,
     logits, taken = model.adaptive(x)
     loaded = load_model(save_model(model, tmp_path / "m.safetensors")).eval()
     assert loaded.spec == model.spec and loaded.exit_thresholds == (median,)
+    assert loaded.exit_confidence == "maxprob"
     again, taken_again = loaded.adaptive(x)
     assert torch.equal(taken, taken_again) and torch.equal(logits, again)
     assert 0 < int((taken == 0).sum()) < len(x)  # both ways taken, so the check means something
@@ -251,3 +261,170 @@ def test_deep_supervision_trains_every_exit(small_data):
     )
     assert np.isfinite(stats.loss) and stats.examples == 256
     assert all(not torch.equal(a, b) for a, b in zip(before, model.exits.parameters()))
+
+
+# --- confidence measures ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("measure", list(CONFIDENCES))
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    classes=st.integers(2, 12),
+    scale=st.sampled_from([0.1, 1.0, 10.0, 100.0]),
+)
+def test_every_confidence_is_in_0_1_and_orders_sure_above_unsure(measure, seed, classes, scale):
+    logits = scale * torch.randn(16, classes, generator=torch.Generator().manual_seed(seed))
+    c = confidence(logits, measure)
+    assert c.shape == (16,) and bool(((c >= 0) & (c <= 1)).all())
+    # a uniform prediction is the least sure, a one-hot one the surest
+    uniform, sure = torch.zeros(1, classes), torch.zeros(1, classes)
+    sure[0, 0] = 1000.0
+    assert bool((confidence(uniform, measure) <= c + 1e-6).all())
+    assert bool((confidence(sure, measure) >= c - 1e-6).all())
+    assert float(confidence(sure, measure)) > 0.999
+    # the order of two candidates under one measure does not depend on a logit shift
+    torch.testing.assert_close(confidence(logits + 3.0, measure), c)
+
+
+def test_entropy_and_max_softmax_disagree_where_the_distribution_matters():
+    """Torn between two classes (0.5, 0.5, 0, ...) against sure of one at 0.6 with the rest
+    spread over nine: max softmax prefers the second, entropy the first (it is two-way unsure,
+    not ten-way)."""
+    torn = torch.log(torch.tensor([[0.5, 0.5] + [1e-9] * 8]))
+    spread = torch.log(torch.tensor([[0.6] + [0.4 / 9] * 9]))
+    assert float(confidence(spread, "maxprob")) > float(confidence(torn, "maxprob"))
+    assert float(confidence(torn, "entropy")) > float(confidence(spread, "entropy"))
+    # and entropy's uniform is 0, not max softmax's 1/C
+    assert float(confidence(torch.zeros(1, 10), "entropy")) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_the_confidence_measure_is_saved_with_the_model(tmp_path, small_data):
+    model = _model(with_exits(DEFAULT, "stages", 12))
+    model.exit_confidence = "entropy"
+    x = small_data.val.x[:64]
+    with torch.no_grad():
+        median = float(confidence(model(x, exits=True)[0], "entropy").median())
+    model.exit_thresholds = (median,)
+    logits, taken = model.adaptive(x)
+    path = save_model(model, tmp_path / "m.safetensors")
+    loaded = load_model(path).eval()
+    assert loaded.exit_confidence == "entropy" and loaded.exit_thresholds == (median,)
+    again, taken_again = loaded.adaptive(x)
+    assert torch.equal(taken, taken_again) and torch.equal(logits, again)
+    assert 0 < int((taken == 0).sum()) < len(x)
+    # a file naming a measure this code does not know is refused, not read as max softmax
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = {**handle.metadata(), CONFIDENCE_KEY: "margin"}
+    save_file(load_file(str(path)), str(tmp_path / "bad.safetensors"), metadata=metadata)
+    with pytest.raises(ModelFileError, match="'margin' is unknown"):
+        load_model(tmp_path / "bad.safetensors")
+
+
+def test_evaluate_refuses_another_measure_without_its_thresholds():
+    model = _model(with_exits(DEFAULT, "stages", 12))
+    model.exit_thresholds = (0.9,)
+    assert exits.eval_confidence("", model, thresholds_given=False) == "maxprob"
+    assert exits.eval_confidence("entropy", model, thresholds_given=True) == "entropy"
+    with pytest.raises(ExitError, match="saved thresholds are on maxprob; pass --exit-threshold"):
+        exits.eval_confidence("entropy", model, thresholds_given=False)
+    with pytest.raises(ConfidenceError, match="unknown"):
+        exits.eval_confidence("margin", model, thresholds_given=True)
+
+
+# --- calibration: fine grid, per exit ---------------------------------------------------------
+
+
+def _sure(p: float, cls: int, n: int, classes: int = 3) -> torch.Tensor:
+    """(n, classes) logits whose max softmax is ``p``, on class ``cls``."""
+    out = torch.zeros(n, classes)
+    out[:, cls] = float(np.log(p * (classes - 1) / (1 - p)))
+    return out
+
+
+def test_the_fine_grid_finds_a_threshold_between_the_old_coarse_steps():
+    """Exit 0's wrong half is 0.725 sure: the coarse grid (0.7, 0.8, ...) had to stop at 0.8,
+    the fine grid stops at 0.73 and lets the 0.75-sure right examples out too."""
+    y = torch.zeros(300, dtype=torch.long)
+    exit0 = torch.cat([_sure(0.95, 0, 100), _sure(0.75, 0, 100), _sure(0.725, 1, 100)])
+    head = _sure(0.99, 0, 300)
+    logits = torch.stack([exit0, head])
+    (t,) = exits.calibrate(logits, y, acc_loss_points=0.2)
+    assert t == pytest.approx(0.73)
+    _, taken = exits.simulate(logits, [t])
+    assert int((taken == 0).sum()) == 200
+    coarse = np.array([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+    assert exits.calibrate(logits, y, 0.2, candidates=coarse) == (0.8,)
+
+
+def test_per_exit_calibration_lowers_a_later_exit_below_the_shared_threshold_and_keeps_the_rule():
+    """Exit 0 is wrong on a 0.8-sure third, so no shared threshold goes below 0.8; exit 1 is
+    right on that third at 0.55: its own threshold can fall below 0.55 and send them out there
+    instead of the head, at no accuracy cost."""
+    n = 100
+    y = torch.zeros(3 * n, dtype=torch.long)
+    exit0 = torch.cat([_sure(0.95, 0, n), _sure(0.8, 1, n), _sure(0.4, 1, n)])
+    exit1 = torch.cat([_sure(0.95, 0, n), _sure(0.55, 0, n), _sure(0.5, 2, n)])
+    head = _sure(0.99, 0, 3 * n)
+    logits = torch.stack([exit0, exit1, head])
+    shared = exits.calibrate(logits, y, 0.2, per_exit=False)
+    t0, t1 = exits.calibrate(logits, y, 0.2)
+    assert shared[0] == shared[1] == pytest.approx(0.8) and t0 == pytest.approx(0.8)
+    assert t1 < 0.55 and t1 >= 0.5
+    predictions, taken = exits.simulate(logits, [t0, t1])
+    assert bool((predictions == y).all())
+    flops = [1, 2, 10]
+    cost = float(torch.tensor(flops, dtype=torch.float)[taken].mean())
+    _, shared_taken = exits.simulate(logits, list(shared))
+    assert cost < float(torch.tensor(flops, dtype=torch.float)[shared_taken].mean())
+
+
+@pytest.mark.parametrize("measure", list(CONFIDENCES))
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    k_exits=st.integers(1, 3),
+    loss=st.sampled_from([0.0, 0.2, 1.0, 5.0]),
+)
+def test_calibration_always_keeps_its_rule_on_the_split_it_saw(measure, seed, k_exits, loss):
+    g = torch.Generator().manual_seed(seed)
+    n, classes = 400, 5
+    y = torch.randint(0, classes, (n,), generator=g)
+    # exits that grow more accurate with depth: the label's logit boosted more each exit
+    logits = torch.randn(k_exits + 1, n, classes, generator=g) * 2
+    for k in range(k_exits + 1):
+        logits[k, torch.arange(n), y] += 1.0 + k
+    thresholds = exits.calibrate(logits, y, loss, measure)
+    assert len(thresholds) == k_exits and all(0 <= t <= 1 for t in thresholds)
+    predictions, _ = exits.simulate(logits, thresholds, measure)
+    head = float((logits[-1].argmax(1) == y).float().mean())
+    assert float((predictions == y).float().mean()) >= head - loss / 100 - 1e-9
+    # per exit never costs more FLOPs than the shared threshold (deeper exits cost more)
+    flops = torch.arange(1, k_exits + 2, dtype=torch.float)
+    shared = exits.calibrate(logits, y, loss, measure, per_exit=False)
+    _, taken = exits.simulate(logits, thresholds, measure)
+    _, shared_taken = exits.simulate(logits, shared, measure)
+    assert float(flops[taken].mean()) <= float(flops[shared_taken].mean()) + 1e-9
+
+
+# --- size checks count stage exits ------------------------------------------------------------
+
+
+def test_the_size_check_counts_the_exits_each_growth_stage_adds():
+    from types import SimpleNamespace
+
+    from models.spec import spec_size
+    from pipeline.session import RunConfig, check_network_sizes
+
+    events = named_schedule("default", 12)
+    bare = spec_size(final_spec(MINIMAL, events)).params
+    staged = spec_size(stage_exits(MINIMAL, events)).params
+    assert staged > bare
+    limits = RunConfig(max_params=(bare + staged) // 2)
+    cpu = torch.device("cpu")
+    check_network_sizes(MINIMAL, SimpleNamespace(events=events), 128, limits, cpu)
+    with pytest.raises(SpecError, match=r"with its stage exits \(exit1\).*exceed --max-params"):
+        check_network_sizes(MINIMAL, SimpleNamespace(events=events, stage_exits=True), 128, limits, cpu)

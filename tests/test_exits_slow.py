@@ -1,5 +1,6 @@
 """Early exits end to end: train_dynamic carries the minimal network's head into an exit through
-`mlflow run`, calibrates its threshold on the validation split and saves it with the weights;
+`mlflow run`, calibrates its threshold on the validation split (entropy as the confidence) and
+saves both with the weights;
 evaluate reports adaptive inference per tier on the test split and the report gains its section."""
 
 from __future__ import annotations
@@ -45,7 +46,13 @@ def test_stage_exits_train_calibrate_save_and_evaluate_per_tier(tracking, tmp_pa
     )
     assert scored.returncode == 0, scored.stderr[-3000:]
     result = mlflow_run(
-        tracking, "train_dynamic", "subset=2000", "epochs=4", "progress=false", "exits=stages"
+        tracking,
+        "train_dynamic",
+        "subset=2000",
+        "epochs=4",
+        "progress=false",
+        "exits=stages",
+        "exit_confidence=entropy",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (run,) = _runs("train_dynamic")
@@ -60,6 +67,7 @@ def test_stage_exits_train_calibrate_save_and_evaluate_per_tier(tracking, tmp_pa
     path = client.download_artifacts(run.info.run_id, "model/model.safetensors", str(tmp_path))
     model = load_model(path)
     assert model.exit_thresholds == tuple(json.loads(run.data.tags["exit_thresholds"]))
+    assert model.exit_confidence == run.data.tags["exit_confidence"] == "entropy"
     assert model.spec.exit_ids() == ["exit1"]
 
     evaluated = mlflow_run(tracking, "evaluate", f"runs={run.info.run_id}")
@@ -73,6 +81,8 @@ def test_stage_exits_train_calibrate_save_and_evaluate_per_tier(tracking, tmp_pa
     local = Path(client.download_artifacts(run.info.run_id, "evaluation", str(tmp_path / "eval")))
     curve = json.loads((local / "exit_curve.json").read_text())
     assert curve["exits"] == ["exit1"] and len(curve["curve"]) > 10
+    assert curve["confidence"] == "entropy"  # evaluate read the measure saved with the model
+    assert mlflow.get_run(run.info.run_id).data.tags["test_exit_confidence"] == "entropy"
     assert (local / "exit_examples.png").stat().st_size > 0
     (evaluate_run,) = _runs("evaluate")
     report = client.download_artifacts(evaluate_run.info.run_id, "report", str(tmp_path / "report"))
