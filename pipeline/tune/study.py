@@ -17,13 +17,13 @@ import sqlalchemy
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from pipeline import search_space, study_report
 from pipeline.cli import option_name
 from pipeline.tracking import FAILURE_TAG, one_line
 from pipeline.training import ConfigError
+from pipeline.tune import report, search_space
 
 if TYPE_CHECKING:
-    from pipeline.tune import StudyConfig
+    from pipeline.tune.command import StudyConfig
 
 ENTRY_POINT = "tune"
 
@@ -81,8 +81,8 @@ def trial_run_ids(
 ) -> list[str]:
     """The trial's MLflow run: from its attribute, else by tag (a worker that died right after
     creating the run had no time to record its id)."""
-    if trial.user_attrs.get(study_report.ATTR_RUN_ID):
-        return [trial.user_attrs[study_report.ATTR_RUN_ID]]
+    if trial.user_attrs.get(report.ATTR_RUN_ID):
+        return [trial.user_attrs[report.ATTR_RUN_ID]]
     if STUDY_PARENT not in study.user_attrs:
         return []
     runs = client.search_runs(
@@ -169,7 +169,7 @@ def counted(trial: optuna.trial.FrozenTrial) -> bool:
     """Whether a trial uses up the budget: all but those that died with their worker (their
     retry counts instead) or were interrupted."""
     if trial.state == TrialState.FAIL:
-        return study_report.ATTR_FAIL in trial.user_attrs
+        return report.ATTR_FAIL in trial.user_attrs
     return True
 
 

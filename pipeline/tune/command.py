@@ -4,7 +4,7 @@
     mlflow run . -e tune --env-manager local -P n_trials=20 -P objectives=acc+time -P pruner=none
 
 Each trial grows the ``--start-spec`` network by a searched schedule (how many events, the
-epoch of each, the layer type each adds: see pipeline/search_space.py), fed by a searched
+epoch of each, the layer type each adds: see pipeline/tune/search_space.py), fed by a searched
 curriculum pacing at a searched learning rate, and trains ``--epochs`` epochs with
 ``pipeline.training.fit`` on data loaded once per worker. The test split is never loaded.
 Objectives: validation accuracy, pruned per epoch by ``--pruner``, or validation accuracy and
@@ -47,7 +47,6 @@ from mlflow.entities import Metric
 from optuna.trial import TrialState
 
 from models.spec import resolve_spec
-from pipeline import search_space, study_report
 from pipeline.budget import parse_budget
 from pipeline.cli import build_config, config_options, help_text, opt, option_name
 from pipeline.data import Data, DataConfig, load_data
@@ -55,7 +54,18 @@ from pipeline.logged_model import register_champion
 from pipeline.plan import DynamicCurriculumConfig
 from pipeline.run_length import run_cost
 from pipeline.session import find_scores_run, prepare_curriculum
-from pipeline.study import (
+from pipeline.tracking import (
+    GuardedCommand,
+    flat_params,
+    log_dataset,
+    main_guard,
+    raise_terminated,
+    scratch_dir,
+    tracked_run,
+)
+from pipeline.training import ConfigError, TrainConfig
+from pipeline.tune import report, search_space
+from pipeline.tune.study import (
     ENTRY_POINT,
     OBJECTIVES,
     PRUNERS,
@@ -75,19 +85,9 @@ from pipeline.study import (
     study_space,
     wait_for_study,
 )
-from pipeline.tracking import (
-    GuardedCommand,
-    flat_params,
-    log_dataset,
-    main_guard,
-    raise_terminated,
-    scratch_dir,
-    tracked_run,
-)
-from pipeline.training import ConfigError, TrainConfig
-from pipeline.tune_worker import Worker
+from pipeline.tune.worker import Worker
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WORKER_INDEX_ENV = "GCNN_TUNE_WORKER_INDEX"  # set on the processes --workers starts
 
 
@@ -271,19 +271,19 @@ def run_worker_processes(n: int, configs: tuple, storage_url: str) -> list[int]:
 def log_report(study: optuna.Study, parent_run_id: str) -> dict[str, float]:
     """The study report and summary metrics on the parent run."""
     client = mlflow.MlflowClient()
-    summary = study_report.summary(study)
+    summary = report.summary(study)
     now = int(time.time() * 1000)
     step = int(summary["study/trials"])
     metrics = [Metric(k, v, now, step) for k, v in summary.items()]
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         metrics.append(Metric("trial/val_acc", float(t.values[0]), now, t.number))
     client.log_batch(parent_run_id, metrics=metrics)
-    best = study_report.best_records(study)
+    best = report.best_records(study)
     if best:
         client.set_tag(parent_run_id, "best_trials", ",".join(str(b["number"]) for b in best))
         client.set_tag(parent_run_id, "best_schedule", best[0]["schedule"] or "none")
     with scratch_dir() as tmp:
-        study_report.build_report(study, tmp / "study")
+        report.build_report(study, tmp / "study")
         client.log_artifacts(parent_run_id, str(tmp / "study"), "study")
     return summary
 
@@ -385,7 +385,7 @@ def run(
             Worker(data, configs, study).work(study_cfg.n_trials)
             codes = [0]
         summary = log_report(study, parent)
-        best_runs = [b["mlflow_run_id"] for b in study_report.best_records(study) if b["mlflow_run_id"]]
+        best_runs = [b["mlflow_run_id"] for b in report.best_records(study) if b["mlflow_run_id"]]
         champion = register_champion(
             best_runs, study_cfg.registered_model or f"growing-cnn-{study_cfg.study_name}"
         )
@@ -416,8 +416,8 @@ def main(**values) -> None:
     study = run(*configs)
     if configs[-1].worker:
         return
-    best = study_report.best_records(study)
-    summary = study_report.summary(study)
+    best = report.best_records(study)
+    summary = report.summary(study)
     click.echo(
         f"study {study.study_name!r}: {int(summary['study/trials'])} trials "
         f"({int(summary['study/complete'])} complete, {int(summary['study/pruned'])} pruned, "
@@ -426,7 +426,3 @@ def main(**values) -> None:
     for b in best:
         values_text = ", ".join(f"{k} {v:.4f}" for k, v in b["values"].items())
         click.echo(f"best trial {b['number']}: {values_text}; schedule {b['schedule'] or 'none'}")
-
-
-if __name__ == "__main__":
-    main()
