@@ -2,6 +2,7 @@
 
 ``python -m pipeline.tune`` runs ``command.main``. The package, in the order a study uses it:
 
+- ``config``: the options (``SpaceConfig``, ``StudyConfig``) and their choices;
 - ``command``: the click command; opens the study's parent MLflow run, starts the workers,
   logs the report and registers the best trial's model;
 - ``study``: the Optuna side shared by every worker process: storages with heartbeats,
@@ -11,6 +12,7 @@
 - ``report``: the study report, a function of the Optuna study alone (no MLflow).
 """
 
-from pipeline.tune.command import CONFIGS, ENTRY_POINT, main
+from pipeline.tune.command import main
+from pipeline.tune.config import CONFIGS, ENTRY_POINT
 
 __all__ = ["CONFIGS", "ENTRY_POINT", "main"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import click
@@ -21,16 +20,10 @@ from pipeline.cli import option_name
 from pipeline.tracking import FAILURE_TAG, one_line
 from pipeline.training import ConfigError
 from pipeline.tune import report, search_space
+from pipeline.tune.config import OBJECTIVES, StudyConfig
 
-if TYPE_CHECKING:
-    from pipeline.tune.command import StudyConfig
+DIRECTIONS = {"val/acc": "maximize", "time/cumulative_s": "minimize"}  # per objective metric
 
-ENTRY_POINT = "tune"
-
-OBJECTIVES = {"acc": ("val/acc",), "acc+time": ("val/acc", "time/cumulative_s")}
-DIRECTIONS = {"val/acc": "maximize", "time/cumulative_s": "minimize"}
-PRUNERS = ("hyperband", "median", "none")
-SAMPLERS = ("tpe", "random")
 # Study user attributes: what every worker must agree on, and where the parent run is.
 STUDY_DEFINITION = "tune_definition"
 STUDY_SPACE = "search_space"

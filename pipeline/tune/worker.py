@@ -41,9 +41,8 @@ from pipeline.tracking import (
 )
 from pipeline.training import FitState, TrainConfig, fit, new_state
 from pipeline.tune import report, search_space
+from pipeline.tune.config import ENTRY_POINT, OBJECTIVES
 from pipeline.tune.study import (
-    ENTRY_POINT,
-    OBJECTIVES,
     STUDY_EXPERIMENT,
     STUDY_PARENT,
     STUDY_SCORES,
