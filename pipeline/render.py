@@ -1,5 +1,5 @@
 """Reports as a list of blocks, rendered to Markdown and to self-contained HTML; the evaluate
-report (``pipeline.report``) and the tune study report (``pipeline.study_report``) share it.
+report (``pipeline.report``) and the tune study report (``pipeline.tune.report``) share it.
 
 A block is a tuple: ``("h", level, text)``, ``("p", text)``, ``("ul", items)``,
 ``("table", head, rows)`` or ``("img", file name in the report folder, alt text)``; ``**bold**``

@@ -651,8 +651,10 @@ def main_guard(fn):
         outer_run_id = os.environ.get("MLFLOW_RUN_ID", "")
         # SIGTERM before the run is open (data loading) is an interruption too, not a silent death.
         previous = signal.signal(signal.SIGTERM, raise_terminated)
-        if outer_run_id and Path(sys.argv[0]).resolve().parent == Path(__file__).resolve().parent:
-            watch_launcher()  # a step that `mlflow run` started: python -m pipeline.<step>
+        # A step that `mlflow run` started: python -m pipeline.<step> runs pipeline/<step>.py or
+        # pipeline/<step>/__main__.py.
+        if outer_run_id and Path(__file__).resolve().parent in Path(sys.argv[0]).resolve().parents:
+            watch_launcher()
         try:
             check_tracking_store()
         except TrackingStoreError as err:  # nothing can be recorded: no run to fail

@@ -9,7 +9,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from pipeline import study_report as sr
+from pipeline.tune import report as sr
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from pipeline import tune
 from pipeline.data import REFUSE_TEST_ENV
+from pipeline.tune.study import STUDY_PARENT
 from tests.conftest import REPO, subprocess_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
@@ -39,7 +40,7 @@ def _children(parent_run_id: str) -> list:
 
 def _assert_each_trial_once_in_mlflow(study: optuna.Study) -> dict:
     """Trial number <-> child run, both ways, exactly once; returns runs by trial number."""
-    parent = study.user_attrs[tune.STUDY_PARENT]
+    parent = study.user_attrs[STUDY_PARENT]
     children = _children(parent)
     by_number = {int(run.data.tags["optuna_trial_number"]): run for run in children}
     assert len(children) == len(by_number) == len(study.trials)
@@ -60,7 +61,7 @@ def test_a_study_resumes_by_name_under_its_one_parent_run(tracking, tmp_path, mo
     parents = mlflow.search_runs(
         search_all_experiments=True, filter_string="tags.tune_role = 'study'", output_format="list"
     )
-    assert [p.info.run_id for p in parents] == [study.user_attrs[tune.STUDY_PARENT]]
+    assert [p.info.run_id for p in parents] == [study.user_attrs[STUDY_PARENT]]
     parent = parents[0]
     assert parent.info.status == "FINISHED" and parent.data.tags["entry_point"] == "tune"
     assert parent.data.params["pacings_searched"] == "none"  # no score_difficulty run in this store
@@ -132,7 +133,7 @@ def test_two_workers_share_one_study_and_a_killed_workers_trial_is_retried(track
     assert dead.info.status == "FAILED" and dead.data.tags["trial_state"] == "FAIL"
     assert "no heartbeat" in dead.data.tags["failure_reason"]
     assert runs[retries[0].number].data.tags["retry_of"] == str(victim.number)
-    parent = mlflow.get_run(study.user_attrs[tune.STUDY_PARENT])
+    parent = mlflow.get_run(study.user_attrs[STUDY_PARENT])
     assert parent.info.status == "FINISHED" and parent.data.tags["mlflow.project.entryPoint"] == "tune"
     assert parent.data.metrics["study/trials"] == len(study.trials)
 

@@ -4,9 +4,9 @@ A spec layer is a dict with an ``id``, a ``type`` and the type's fields. The spe
 and infers its output shape (models/spec.py), the builder makes its module and says when a
 module can be reused (models/builder.py), a schedule places it and gives it an id
 (models/schedule.py), growth makes it an identity or widens it (models/growth.py), and tune
-searches its size (pipeline/search_space.py): all by reading the type's entry here. Each type is
-a module of this package; a new layer type is a new module, one name in ``LAYERS`` below, and
-its tests.
+searches its size (pipeline/tune/search_space.py): all by reading the type's entry here. Each
+type is a module of this package; a new layer type is a new module, one name in ``LAYERS``
+below, and its tests.
 
 Shapes are (C, H, W) for a feature map and (F,) after the first fc, which flattens.
 """

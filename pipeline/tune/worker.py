@@ -21,7 +21,6 @@ from optuna.trial import TrialState
 
 from models.schedule import GrowthError, validate_schedule
 from models.spec import resolve_spec
-from pipeline import search_space, study_report
 from pipeline.budget import scale_epoch
 from pipeline.curriculum import CurriculumError
 from pipeline.data import Data, DataConfig
@@ -31,15 +30,6 @@ from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig,
 from pipeline.pruning import PruningError
 from pipeline.run_length import resolve_run_length
 from pipeline.session import prepare_curriculum
-from pipeline.study import (
-    ENTRY_POINT,
-    OBJECTIVES,
-    STUDY_EXPERIMENT,
-    STUDY_PARENT,
-    STUDY_SCORES,
-    counted,
-    study_space,
-)
 from pipeline.tracking import (
     FAILURE_TAG,
     code_version,
@@ -50,6 +40,15 @@ from pipeline.tracking import (
     scratch_dir,
 )
 from pipeline.training import FitState, TrainConfig, fit, new_state
+from pipeline.tune import report, search_space
+from pipeline.tune.config import ENTRY_POINT, OBJECTIVES
+from pipeline.tune.study import (
+    STUDY_EXPERIMENT,
+    STUDY_PARENT,
+    STUDY_SCORES,
+    counted,
+    study_space,
+)
 
 
 class TrialRun:
@@ -107,7 +106,7 @@ class TrialRun:
             state, status, tags = "COMPLETE", "FINISHED", {}
         elif isinstance(err, optuna.TrialPruned):
             # An invalid schedule is pruned before any epoch: pruned_at_epoch 0.
-            epoch = self.trial.user_attrs.get(study_report.ATTR_PRUNED_AT, 0)
+            epoch = self.trial.user_attrs.get(report.ATTR_PRUNED_AT, 0)
             state, status = "PRUNED", "FINISHED"
             tags = {"pruned": str(err), "pruned_reason": str(err), "pruned_at_epoch": str(epoch)}
         elif isinstance(err, Exception):
@@ -172,20 +171,20 @@ class Worker:
         # once the run exists, follows at once (the stale-trial callback can also find the run
         # by its trial-number tag, should a worker die in between).
         for key, value in {
-            study_report.ATTR_RUN_ID: "",
-            study_report.ATTR_WORKER: self.name,
-            study_report.ATTR_SCHEDULE: candidate.schedule(),
-            study_report.ATTR_TRAIN_OPTIONS: options,
-            study_report.ATTR_EPOCHS: 0,
-            study_report.ATTR_TRAIN_S: 0.0,
-            study_report.ATTR_RETRY_OF: retry_of if retry_of is not None else "",
+            report.ATTR_RUN_ID: "",
+            report.ATTR_WORKER: self.name,
+            report.ATTR_SCHEDULE: candidate.schedule(),
+            report.ATTR_TRAIN_OPTIONS: options,
+            report.ATTR_EPOCHS: 0,
+            report.ATTR_TRAIN_S: 0.0,
+            report.ATTR_RETRY_OF: retry_of if retry_of is not None else "",
         }.items():
             trial.set_user_attr(key, value)
         tags = {"worker": self.name, "code_version": self.code_version, **owner_tags()}
         if retry_of is not None:
             tags["retry_of"] = str(retry_of)
         with TrialRun(self.parent_run_id, self.experiment_id, trial, tags, self.study.study_name) as run:
-            trial.set_user_attr(study_report.ATTR_RUN_ID, run.run_id)
+            trial.set_user_attr(report.ATTR_RUN_ID, run.run_id)
             params = flat_params(self.data_cfg, train_cfg, growth_cfg, curriculum_cfg)
             params.update({k: v for k, v in flat_params(trial.params).items() if k not in params})
             params.update(data_digest=self.data.digest, data_size_train=str(len(self.data.train)))
@@ -196,7 +195,7 @@ class Worker:
                 click.echo(f"trial {trial.number}: {pruned} [{candidate.schedule() or 'no growth'}]")
                 raise
             except Exception as err:  # counts against the budget: the same choices would fail again
-                trial.set_user_attr(study_report.ATTR_FAIL, one_line(err))
+                trial.set_user_attr(report.ATTR_FAIL, one_line(err))
                 raise
 
     def _train(
@@ -221,10 +220,10 @@ class Worker:
             train_cfg, events, final, setup = length.train_cfg, length.events, length.final, length.setup
         except (GrowthError, CurriculumError, PruningError) as err:  # never trained: say why, spend nothing
             reason = one_line(err)
-            trial.set_user_attr(study_report.ATTR_INVALID, reason)
+            trial.set_user_attr(report.ATTR_INVALID, reason)
             run.set_tags({"invalid_reason": reason})
             raise optuna.TrialPruned(f"invalid: {reason}") from None
-        trial.set_user_attr(study_report.ATTR_ARCH, search_space.describe(final))
+        trial.set_user_attr(report.ATTR_ARCH, search_space.describe(final))
         run.set_tags(
             {"final_spec": final.to_json(), "final_arch": search_space.describe(final), **setup.tags()}
         )
@@ -237,12 +236,12 @@ class Worker:
 
         def on_epoch(epoch: int, metrics: dict, fit_state: FitState) -> None:
             run.log_metrics(metrics, step=epoch)
-            trial.set_user_attr(study_report.ATTR_EPOCHS, epoch + 1)
-            trial.set_user_attr(study_report.ATTR_TRAIN_S, fit_state.cumulative_s)
+            trial.set_user_attr(report.ATTR_EPOCHS, epoch + 1)
+            trial.set_user_attr(report.ATTR_TRAIN_S, fit_state.cumulative_s)
             if prune:
                 trial.report(metrics["val/acc"], epoch + 1)  # step: epochs trained (the resource)
                 if trial.should_prune():
-                    trial.set_user_attr(study_report.ATTR_PRUNED_AT, epoch + 1)
+                    trial.set_user_attr(report.ATTR_PRUNED_AT, epoch + 1)
                     raise optuna.TrialPruned(
                         f"pruned after epoch {epoch + 1}: val/acc {metrics['val/acc']:.4f}"
                     )
@@ -259,8 +258,8 @@ class Worker:
             )
         except DivergenceError as err:  # these choices (typically the lr) cannot train: prune, say where
             reason = f"diverged: {err}"
-            trial.set_user_attr(study_report.ATTR_FAIL, reason)
-            trial.set_user_attr(study_report.ATTR_PRUNED_AT, err.epoch + 1)
+            trial.set_user_attr(report.ATTR_FAIL, reason)
+            trial.set_user_attr(report.ATTR_PRUNED_AT, err.epoch + 1)
             run.set_tags({"diverged_at": f"epoch {err.epoch}, step {err.step}"})
             raise optuna.TrialPruned(reason) from None
         finally:  # a pruned trial keeps what it trained: its trace and history so far

@@ -4,7 +4,7 @@
     mlflow run . -e tune --env-manager local -P n_trials=20 -P objectives=acc+time -P pruner=none
 
 Each trial grows the ``--start-spec`` network by a searched schedule (how many events, the
-epoch of each, the layer type each adds: see pipeline/search_space.py), fed by a searched
+epoch of each, the layer type each adds: see pipeline/tune/search_space.py), fed by a searched
 curriculum pacing at a searched learning rate, and trains ``--epochs`` epochs with
 ``pipeline.training.fit`` on data loaded once per worker. The test split is never loaded.
 Objectives: validation accuracy, pruned per epoch by ``--pruner``, or validation accuracy and
@@ -37,7 +37,6 @@ import subprocess
 import sys
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -47,19 +46,26 @@ from mlflow.entities import Metric
 from optuna.trial import TrialState
 
 from models.spec import resolve_spec
-from pipeline import search_space, study_report
 from pipeline.budget import parse_budget
-from pipeline.cli import build_config, config_options, help_text, opt, option_name
+from pipeline.cli import build_config, config_options, help_text, option_name
 from pipeline.data import Data, DataConfig, load_data
 from pipeline.logged_model import register_champion
 from pipeline.plan import DynamicCurriculumConfig
 from pipeline.run_length import run_cost
 from pipeline.session import find_scores_run, prepare_curriculum
-from pipeline.study import (
-    ENTRY_POINT,
-    OBJECTIVES,
-    PRUNERS,
-    SAMPLERS,
+from pipeline.tracking import (
+    GuardedCommand,
+    flat_params,
+    log_dataset,
+    main_guard,
+    raise_terminated,
+    scratch_dir,
+    tracked_run,
+)
+from pipeline.training import ConfigError, TrainConfig
+from pipeline.tune import report, search_space
+from pipeline.tune.config import CONFIGS, ENTRY_POINT, SpaceConfig, StudyConfig
+from pipeline.tune.study import (
     STUDY_DEFINITION,
     STUDY_EXPERIMENT,
     STUDY_PACING_NOTE,
@@ -75,95 +81,10 @@ from pipeline.study import (
     study_space,
     wait_for_study,
 )
-from pipeline.tracking import (
-    GuardedCommand,
-    flat_params,
-    log_dataset,
-    main_guard,
-    raise_terminated,
-    scratch_dir,
-    tracked_run,
-)
-from pipeline.training import ConfigError, TrainConfig
-from pipeline.tune_worker import Worker
+from pipeline.tune.worker import Worker
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WORKER_INDEX_ENV = "GCNN_TUNE_WORKER_INDEX"  # set on the processes --workers starts
-
-
-@dataclass(frozen=True)
-class SpaceConfig:
-    start_spec: str = opt("minimal", "architecture every trial starts from (name, JSON file or string)")
-    growth_init: str = opt("preserve", "preserve (function-preserving where possible) or random")
-    max_events: int = opt(4, "most growth events a trial's schedule may have (0 .. this many)")
-    layer_types: str = opt(
-        search_space.DEFAULT_LAYER_TYPES, "layer types a growth event may add (comma-separated)"
-    )
-    pacings: str = opt(
-        "none,tiers,linear,root", "curriculum pacings to search; without difficulty scores only none is kept"
-    )
-    scores_run: str = opt("auto", "score_difficulty run id or runs:/ URI; auto: the newest one for this data")
-    difficulty_score: str = opt("loss", "scores-table column that orders examples by difficulty")
-    lr_factor: float = opt(
-        4.0, "learning rate searched log-uniformly in [lr / lr_factor, lr * lr_factor]; 1: fixed"
-    )
-
-
-@dataclass(frozen=True)
-class StudyConfig:
-    study_name: str = opt("tune", "Optuna study name; an existing study of this name is resumed")
-    storage: str = opt(
-        "", "Optuna storage URL (sqlite:///f.db, postgresql://...); empty: optuna.db by the MLflow store"
-    )
-    n_trials: int = opt(20, "trials the study should reach in all, counting other workers' and earlier runs'")
-    objectives: str = opt(
-        "acc", "acc (validation accuracy, pruned) or acc+time (and wall-clock: Pareto front)"
-    )
-    pruner: str = opt(
-        "hyperband", "hyperband, median or none; acc+time needs none (Optuna prunes one objective)"
-    )
-    sampler: str = opt("tpe", "tpe or random")
-    sampler_seed: int = opt(-1, "sampler seed, -1 for a random one; worker k of --workers uses seed + k")
-    workers: int = opt(1, "worker processes on this machine sharing the study")
-    worker: bool = opt(False, "join an existing study as worker(s) only: no parent run or report of its own")
-    heartbeat_interval: int = opt(20, "seconds between a running trial's heartbeats (RDB storages)")
-    grace_period: int = opt(60, "seconds without a heartbeat after which a trial is failed and retried")
-    max_retry: int = opt(2, "how often the trial of a worker that died is retried")
-    wait_s: int = opt(300, "how long --worker waits for the study and its parent run to appear")
-    run_name: str = opt("", "name of the study's parent MLflow run; empty: tune-<study name>")
-    experiment_name: str = opt("", "MLflow experiment of the study's runs; empty: growing-cnn")
-    registered_model: str = opt(
-        "", "Model Registry name for the best trial's model, alias champion; empty: growing-cnn-<study name>"
-    )
-
-    def validate(self) -> StudyConfig:
-        if self.objectives not in OBJECTIVES:
-            raise ConfigError(f"--objectives {self.objectives!r}: use one of {', '.join(OBJECTIVES)}")
-        if self.pruner not in PRUNERS:
-            raise ConfigError(f"--pruner {self.pruner!r}: use one of {', '.join(PRUNERS)}")
-        if self.pruner != "none" and self.objectives != "acc":
-            raise ConfigError(
-                f"--pruner {self.pruner} needs --objectives acc: Optuna cannot prune a study with "
-                "two objectives; pass --pruner none"
-            )
-        if self.sampler not in SAMPLERS:
-            raise ConfigError(f"--sampler {self.sampler!r}: use one of {', '.join(SAMPLERS)}")
-        for name in ("workers", "heartbeat_interval", "grace_period"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if self.grace_period <= self.heartbeat_interval:
-            raise ConfigError(
-                f"--grace-period {self.grace_period} must exceed --heartbeat-interval "
-                f"{self.heartbeat_interval}, or live trials would be failed"
-            )
-        if self.n_trials < 0 or self.max_retry < 0 or self.wait_s < 0:
-            raise ConfigError("--n-trials, --max-retry and --wait-s must be 0 or more")
-        if not self.study_name.strip():
-            raise ConfigError("--study-name must not be empty")
-        return self
-
-
-CONFIGS = (DataConfig, TrainConfig, SpaceConfig, StudyConfig)
 
 
 # --- storage -----------------------------------------------------------------------------
@@ -271,19 +192,19 @@ def run_worker_processes(n: int, configs: tuple, storage_url: str) -> list[int]:
 def log_report(study: optuna.Study, parent_run_id: str) -> dict[str, float]:
     """The study report and summary metrics on the parent run."""
     client = mlflow.MlflowClient()
-    summary = study_report.summary(study)
+    summary = report.summary(study)
     now = int(time.time() * 1000)
     step = int(summary["study/trials"])
     metrics = [Metric(k, v, now, step) for k, v in summary.items()]
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         metrics.append(Metric("trial/val_acc", float(t.values[0]), now, t.number))
     client.log_batch(parent_run_id, metrics=metrics)
-    best = study_report.best_records(study)
+    best = report.best_records(study)
     if best:
         client.set_tag(parent_run_id, "best_trials", ",".join(str(b["number"]) for b in best))
         client.set_tag(parent_run_id, "best_schedule", best[0]["schedule"] or "none")
     with scratch_dir() as tmp:
-        study_report.build_report(study, tmp / "study")
+        report.build_report(study, tmp / "study")
         client.log_artifacts(parent_run_id, str(tmp / "study"), "study")
     return summary
 
@@ -385,7 +306,7 @@ def run(
             Worker(data, configs, study).work(study_cfg.n_trials)
             codes = [0]
         summary = log_report(study, parent)
-        best_runs = [b["mlflow_run_id"] for b in study_report.best_records(study) if b["mlflow_run_id"]]
+        best_runs = [b["mlflow_run_id"] for b in report.best_records(study) if b["mlflow_run_id"]]
         champion = register_champion(
             best_runs, study_cfg.registered_model or f"growing-cnn-{study_cfg.study_name}"
         )
@@ -416,8 +337,8 @@ def main(**values) -> None:
     study = run(*configs)
     if configs[-1].worker:
         return
-    best = study_report.best_records(study)
-    summary = study_report.summary(study)
+    best = report.best_records(study)
+    summary = report.summary(study)
     click.echo(
         f"study {study.study_name!r}: {int(summary['study/trials'])} trials "
         f"({int(summary['study/complete'])} complete, {int(summary['study/pruned'])} pruned, "
@@ -426,7 +347,3 @@ def main(**values) -> None:
     for b in best:
         values_text = ", ".join(f"{k} {v:.4f}" for k, v in b["values"].items())
         click.echo(f"best trial {b['number']}: {values_text}; schedule {b['schedule'] or 'none'}")
-
-
-if __name__ == "__main__":
-    main()

@@ -35,7 +35,7 @@ from optuna.visualization import matplotlib as optuna_plots
 
 from pipeline.render import png_img
 
-# Trial user attributes written by tune (pipeline/tune.py) and read here.
+# Trial user attributes written by tune (pipeline/tune/worker.py) and read here.
 ATTR_RUN_ID = "mlflow_run_id"
 ATTR_SCHEDULE = "schedule"
 ATTR_ARCH = "final_arch"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import click
@@ -17,20 +16,14 @@ import sqlalchemy
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from pipeline import search_space, study_report
 from pipeline.cli import option_name
 from pipeline.tracking import FAILURE_TAG, one_line
 from pipeline.training import ConfigError
+from pipeline.tune import report, search_space
+from pipeline.tune.config import OBJECTIVES, StudyConfig
 
-if TYPE_CHECKING:
-    from pipeline.tune import StudyConfig
+DIRECTIONS = {"val/acc": "maximize", "time/cumulative_s": "minimize"}  # per objective metric
 
-ENTRY_POINT = "tune"
-
-OBJECTIVES = {"acc": ("val/acc",), "acc+time": ("val/acc", "time/cumulative_s")}
-DIRECTIONS = {"val/acc": "maximize", "time/cumulative_s": "minimize"}
-PRUNERS = ("hyperband", "median", "none")
-SAMPLERS = ("tpe", "random")
 # Study user attributes: what every worker must agree on, and where the parent run is.
 STUDY_DEFINITION = "tune_definition"
 STUDY_SPACE = "search_space"
@@ -81,8 +74,8 @@ def trial_run_ids(
 ) -> list[str]:
     """The trial's MLflow run: from its attribute, else by tag (a worker that died right after
     creating the run had no time to record its id)."""
-    if trial.user_attrs.get(study_report.ATTR_RUN_ID):
-        return [trial.user_attrs[study_report.ATTR_RUN_ID]]
+    if trial.user_attrs.get(report.ATTR_RUN_ID):
+        return [trial.user_attrs[report.ATTR_RUN_ID]]
     if STUDY_PARENT not in study.user_attrs:
         return []
     runs = client.search_runs(
@@ -169,7 +162,7 @@ def counted(trial: optuna.trial.FrozenTrial) -> bool:
     """Whether a trial uses up the budget: all but those that died with their worker (their
     retry counts instead) or were interrupted."""
     if trial.state == TrialState.FAIL:
-        return study_report.ATTR_FAIL in trial.user_attrs
+        return report.ATTR_FAIL in trial.user_attrs
     return True
 
 
