@@ -8,6 +8,9 @@ only; the frontier benchmark reports on other seeds and the test split), it trai
 
 - ``static``: train_static, default spec, 12 epochs, with the lever's recipe options (once per
   recipe: levers that change only the dynamic run share it);
+- ``static-diet`` (only when asked): train_static, default spec, 12 epochs, with the lever's
+  recipe, curriculum and pruning (tiers and pruning 0.3 unless the lever says otherwise): the
+  diet without the growth;
 - ``dynamic``: train_dynamic, default schedule and curriculum, with the lever's options, at a
   training-FLOPs budget of ``--share`` times the static 12-epoch run's (0.85: about its
   wall-clock on CPU, where the minimal network's epochs cost more time per FLOP).
@@ -97,7 +100,10 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
 @click.option("--label-noise", default=0.0, show_default=True, help="symmetric label-noise rate")
 @click.option("--output", default="reports/levers/levers.jsonl", show_default=True)
 @click.option(
-    "--arms", default="static,dynamic", show_default=True, help="dynamic alone: statics run elsewhere"
+    "--arms",
+    default="static,dynamic",
+    show_default=True,
+    help="of static, static-diet (the lever's diet without growth) and dynamic",
 )
 @click.option("--scores-run", default="", help="a finished score_difficulty run to reuse (empty: score here)")
 def main(
@@ -114,6 +120,7 @@ def main(
     unknown = [n for n in names if n not in LEVERS]
     if unknown:
         raise click.UsageError(f"--levers: unknown {', '.join(unknown)} (known: {', '.join(LEVERS)})")
+    chosen = set(arms.split(","))
     os.environ.pop("MLFLOW_RUN_ID", None)
     mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
     mlflow.set_experiment("bench_levers")
@@ -167,7 +174,7 @@ def main(
     for seed in (int(s) for s in seeds.split(",")):
         for name in names:
             recipe, curriculum, growth, dynamic_only = LEVERS[name]
-            if "static" in arms and not have(name, "static", seed, recipe):
+            if "static" in chosen and not have(name, "static", seed, recipe):
                 train = TrainConfig(epochs=REFERENCE_EPOCHS, seed=seed, **recipe)
                 spec = resolve_spec("default", data.input_shape, data.num_classes).to_json()
                 record(
@@ -178,7 +185,26 @@ def main(
                         data_cfg, train, train_static.StaticConfig(spec=spec), CurriculumConfig(), quiet
                     ),
                 )
-            if "dynamic" in arms and not have(name, "dynamic", seed, recipe):
+            if "static-diet" in chosen and not have(name, "static-diet", seed, recipe):
+                # The dynamic run's data diet without its growth: the default network from the
+                # start, 12 epochs, the lever's curriculum and pruning. Against static-12 it
+                # prices the diet; against the dynamic run, the growth.
+                train = TrainConfig(epochs=REFERENCE_EPOCHS, seed=seed, **recipe)
+                spec = resolve_spec("default", data.input_shape, data.num_classes).to_json()
+                diet = {"pacing": "tiers", "prune": DynamicCurriculumConfig().prune, **curriculum}
+                record(
+                    name,
+                    "static-diet",
+                    seed,
+                    train_static.run(
+                        data_cfg,
+                        train,
+                        train_static.StaticConfig(spec=spec),
+                        CurriculumConfig(scores_run=scores_run, **diet),
+                        quiet,
+                    ),
+                )
+            if "dynamic" in chosen and not have(name, "dynamic", seed, recipe):
                 train = TrainConfig(
                     epochs=REFERENCE_EPOCHS, seed=seed, budget=budget, **recipe, **dynamic_only
                 )
