@@ -44,6 +44,7 @@ from pipeline.training import TrainConfig
 from scripts.bench_dynamic import TUNING_SEEDS, machine, scores_with_cost
 
 REFERENCE_EPOCHS = 12
+ARMS = ("static", "static-diet", "dynamic")
 
 # name -> (recipe: TrainConfig options for both arms, DynamicCurriculumConfig options, GrowthConfig
 # options, TrainConfig options for the dynamic arm only)
@@ -62,14 +63,14 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     # loss-aware pruning from the growth (as by default) for the saving.
     "keep": ({}, {"tier_boundaries": "1,2", "prune_from": 3}, {}, {}),
     "keep+smooth": ({"label_smoothing": 0.1}, {"tier_boundaries": "1,2", "prune_from": 3}, {}, {}),
+    # `keep`, growing within the first quarter (events at 1/12, 2/12 and 3/12 of training):
+    # does the grown network lose to a fresh one because it starts from a network trained
+    # too long on its own (warm starting, Ash & Adams 2020)?
+    "keep+early": ({}, {"tier_boundaries": "1,2", "prune_from": 3}, {"schedule": "early"}, {}),
     # New layers start as random layers instead of as identities (function-preserving growth):
     # does the grown network's ceiling come from the start network's basin?
     "random-init": ({}, {}, {"growth_init": "random"}, {}),
     "keep+random-init": ({}, {"tier_boundaries": "1,2", "prune_from": 3}, {"growth_init": "random"}, {}),
-    # The same, growing within the first quarter (events at 1/12, 2/12 and 3/12 of training):
-    # does the grown network lose to a fresh one because it starts from a network trained
-    # too long on its own (warm starting, Ash & Adams 2020)?
-    "keep+early": ({}, {"tier_boundaries": "1,2", "prune_from": 3}, {"schedule": "early"}, {}),
     "keep+aug+smooth": (
         {"augment": "flip+shift", "label_smoothing": 0.1},
         {"tier_boundaries": "1,2", "prune_from": 3},
@@ -120,7 +121,11 @@ def main(
     unknown = [n for n in names if n not in LEVERS]
     if unknown:
         raise click.UsageError(f"--levers: unknown {', '.join(unknown)} (known: {', '.join(LEVERS)})")
-    chosen = set(arms.split(","))
+    chosen = {a.strip() for a in arms.split(",")}
+    if chosen - set(ARMS):
+        raise click.UsageError(
+            f"--arms: unknown {', '.join(sorted(chosen - set(ARMS)))} (known: {', '.join(ARMS)})"
+        )
     os.environ.pop("MLFLOW_RUN_ID", None)
     mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
     mlflow.set_experiment("bench_levers")
@@ -176,13 +181,16 @@ def main(
             recipe, curriculum, growth, dynamic_only = LEVERS[name]
             if "static" in chosen and not have(name, "static", seed, recipe):
                 train = TrainConfig(epochs=REFERENCE_EPOCHS, seed=seed, **recipe)
-                spec = resolve_spec("default", data.input_shape, data.num_classes).to_json()
                 record(
                     name,
                     "static",
                     seed,
                     train_static.run(
-                        data_cfg, train, train_static.StaticConfig(spec=spec), CurriculumConfig(), quiet
+                        data_cfg,
+                        train,
+                        train_static.StaticConfig(spec=final.to_json()),
+                        CurriculumConfig(),
+                        quiet,
                     ),
                 )
             if "static-diet" in chosen and not have(name, "static-diet", seed, recipe):
@@ -190,7 +198,6 @@ def main(
                 # start, 12 epochs, the lever's curriculum and pruning. Against static-12 it
                 # prices the diet; against the dynamic run, the growth.
                 train = TrainConfig(epochs=REFERENCE_EPOCHS, seed=seed, **recipe)
-                spec = resolve_spec("default", data.input_shape, data.num_classes).to_json()
                 diet = {"pacing": "tiers", "prune": DynamicCurriculumConfig().prune, **curriculum}
                 record(
                     name,
@@ -199,7 +206,7 @@ def main(
                     train_static.run(
                         data_cfg,
                         train,
-                        train_static.StaticConfig(spec=spec),
+                        train_static.StaticConfig(spec=final.to_json()),
                         CurriculumConfig(scores_run=scores_run, **diet),
                         quiet,
                     ),
