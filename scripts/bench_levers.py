@@ -179,38 +179,19 @@ def main(
     for seed in (int(s) for s in seeds.split(",")):
         for name in names:
             recipe, curriculum, growth, dynamic_only = LEVERS[name]
-            if "static" in chosen and not have(name, "static", seed, recipe):
-                train = TrainConfig(epochs=REFERENCE_EPOCHS, seed=seed, **recipe)
-                record(
-                    name,
-                    "static",
-                    seed,
-                    train_static.run(
-                        data_cfg,
-                        train,
-                        train_static.StaticConfig(spec=final.to_json()),
-                        CurriculumConfig(),
-                        quiet,
-                    ),
-                )
-            if "static-diet" in chosen and not have(name, "static-diet", seed, recipe):
-                # The dynamic run's data diet without its growth: the default network from the
-                # start, 12 epochs, the lever's curriculum and pruning. Against static-12 it
-                # prices the diet; against the dynamic run, the growth.
-                train = TrainConfig(epochs=REFERENCE_EPOCHS, seed=seed, **recipe)
-                diet = {"pacing": "tiers", "prune": DynamicCurriculumConfig().prune, **curriculum}
-                record(
-                    name,
-                    "static-diet",
-                    seed,
-                    train_static.run(
-                        data_cfg,
-                        train,
-                        train_static.StaticConfig(spec=final.to_json()),
-                        CurriculumConfig(scores_run=scores_run, **diet),
-                        quiet,
-                    ),
-                )
+            # static: no curriculum. static-diet: the dynamic run's data diet without its
+            # growth (the lever's curriculum and pruning on the default network from the
+            # start); against static-12 it prices the diet, against the dynamic run the growth.
+            diet = {"pacing": "tiers", "prune": DynamicCurriculumConfig().prune, **curriculum}
+            statics = {
+                "static": CurriculumConfig(),
+                "static-diet": CurriculumConfig(scores_run=scores_run, **diet),
+            }
+            for arm, curriculum_cfg in statics.items():
+                if arm in chosen and not have(name, arm, seed, recipe):
+                    train = TrainConfig(epochs=REFERENCE_EPOCHS, seed=seed, **recipe)
+                    spec = train_static.StaticConfig(spec=final.to_json())
+                    record(name, arm, seed, train_static.run(data_cfg, train, spec, curriculum_cfg, quiet))
             if "dynamic" in chosen and not have(name, "dynamic", seed, recipe):
                 train = TrainConfig(
                     epochs=REFERENCE_EPOCHS, seed=seed, budget=budget, **recipe, **dynamic_only
