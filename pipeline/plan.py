@@ -16,7 +16,8 @@ from models.flops import flops_per_example
 from models.growth import GROWTH_INITS, PlateauTrigger, carry_stage_head, events_due, grow, probe_jump
 from models.schedule import GrowthError, GrowthEvent, final_spec, schedule_to_json
 from pipeline.cli import opt
-from pipeline.curriculum import Curriculum, CurriculumError
+from pipeline.curriculum.base import Curriculum
+from pipeline.curriculum.checks import CurriculumError
 from pipeline.data import Data
 from pipeline.precision import autocast
 from pipeline.pruning import LossPruner
@@ -226,7 +227,7 @@ class ExperimentPlan(TrainingPlan):
         if self.curriculum is None:
             chosen = torch.arange(len(data.train))
         else:
-            chosen = self.curriculum.positions(epoch, self.cfg.epochs, model, data)
+            chosen = self.curriculum.positions(epoch, model, data)
         if self.pruner is None:
             return chosen
         kept, self.weights = self.pruner.select(epoch, self.cfg.epochs, chosen)
@@ -248,7 +249,7 @@ class ExperimentPlan(TrainingPlan):
     def epoch_info(self, epoch: int) -> dict[str, float]:
         info = {"growth/events_applied": float(self.applied)}
         if self.curriculum is not None:
-            info.update(self.curriculum.epoch_info(epoch, self.cfg.epochs))
+            info.update(self.curriculum.epoch_info(epoch))
         if self.pruner is not None:
             info["curriculum/pruned_share"] = self.pruner.pruned_share
         return info
@@ -284,7 +285,5 @@ class ExperimentPlan(TrainingPlan):
             "pruning": self.pruner.to_dict() if self.pruner else None,
             "exit_weights": list(self.exit_weights) if self.exit_weights is not None else None,
             "stage_exits": self.stage_exits,
-            "curriculum_schedule": self.curriculum.schedule_table(self.cfg.epochs)
-            if self.curriculum
-            else None,
+            "curriculum_schedule": self.curriculum.schedule_table() if self.curriculum else None,
         }

@@ -27,7 +27,9 @@ from models.schedule import apply_event
 from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
 from pipeline import exits, plots
 from pipeline.cli import opt, option_name
-from pipeline.curriculum import Curriculum, check_hold_back, check_rejoin
+from pipeline.curriculum.base import Curriculum
+from pipeline.curriculum.checks import check_hold_back, check_rejoin
+from pipeline.curriculum.strategies import make_curriculum
 from pipeline.data import Data
 from pipeline.exits import ExitConfig
 from pipeline.logged_model import log_classifier
@@ -508,9 +510,11 @@ def prepare_curriculum(
             None, val_tiers, run_id, "none", cfg.order, make_pruner(cfg, train_cfg, None, len(data.train))
         )
     boundaries = cfg.boundaries() or growth_boundaries(events)
-    curriculum = Curriculum(
+    curriculum = make_curriculum(
         table.scores_for(data.train, "train", cfg.difficulty_score),
         table.tiers_for(data.train, "train"),
+        epochs=train_cfg.epochs,
+        n=len(data.train),
         pacing=cfg.pacing,
         order=cfg.order,
         a=cfg.pacing_a,
@@ -520,7 +524,7 @@ def prepare_curriculum(
         eval_batch_size=train_cfg.eval_batch_size,
         rejoin=cfg.rejoin,
         hold_back=cfg.hold_back,
-    ).validate(train_cfg.epochs)
+    )
     pruner = make_pruner(cfg, train_cfg, curriculum, len(data.train))
     return CurriculumSetup(curriculum, val_tiers, run_id, cfg.pacing, cfg.order, pruner, cfg.hold_back)
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pipeline.curriculum import Curriculum
+from pipeline.curriculum.strategies import make_curriculum
 from pipeline.plan import CurriculumConfig
 from pipeline.pruning import LossPruner, PruningError
 from pipeline.session import make_pruner
@@ -110,7 +110,7 @@ def test_bad_pruning_options_are_refused(kwargs, message):
 def _tiers_curriculum(boundaries):
     difficulty = torch.linspace(0, 1, N)
     tiers = torch.div(torch.arange(N) * 3, N, rounding_mode="floor")
-    return Curriculum(difficulty, tiers, pacing="tiers", boundaries=boundaries)
+    return make_curriculum(difficulty, tiers, epochs=12, n=N, pacing="tiers", boundaries=boundaries)
 
 
 def test_pruning_starts_when_the_easy_examples_retire_unless_told_otherwise():

@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from models.schedule import GrowthError, validate_schedule
 from models.spec import resolve_spec
 from pipeline.budget import scale_epoch
-from pipeline.curriculum import CurriculumError
+from pipeline.curriculum.checks import CurriculumError
 from pipeline.data import Data, DataConfig
 from pipeline.logged_model import log_classifier
 from pipeline.loop import DivergenceError, pick_device, seed_everything
