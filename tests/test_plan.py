@@ -7,9 +7,10 @@ import torch
 from models.builder import build_model
 from models.schedule import parse_schedule, validate_schedule
 from models.spec import resolve_spec
+from pipeline.curriculum.diet import growth_boundaries
 from pipeline.curriculum.strategies import make_curriculum
 from pipeline.loop import seed_everything
-from pipeline.plan import ExperimentPlan, GrowthConfig, growth_boundaries
+from pipeline.plan import ExperimentPlan, GrowthConfig
 from pipeline.pruning import LossPruner
 from pipeline.training import TrainConfig, fit, new_state
 from tests.conftest import interrupted_then_resumed

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
+from pipeline.curriculum.diet import make_pruner
 from pipeline.curriculum.strategies import make_curriculum
 from pipeline.plan import CurriculumConfig
 from pipeline.pruning import LossPruner, PruningError
-from pipeline.session import make_pruner
 from pipeline.training import TrainConfig
 
 N = 1000
