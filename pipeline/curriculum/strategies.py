@@ -63,7 +63,11 @@ class TierStages(Curriculum):
         super().__init__(*args, **options)
         # Thirds of a * epochs by default: epoch e is in stage k once e >= k * a * epochs / 3.
         self._bounds = self.boundaries or [ceil_count(k * self.a * self.epochs / 3) for k in (1, 2)]
-        self._counted = Ordering("curriculum", self.n, self.seed, self.difficulty, self.hold_back).kept
+        # Every order's counts are the easy-first order's, so that each control takes as many.
+        easy_first = self.ordering
+        if self.order != "curriculum":
+            easy_first = Ordering("curriculum", self.n, self.seed, self.difficulty, self.hold_back)
+        self._easy_first_kept = easy_first.kept
         self._ranking = self.ordering.kept_ranking(self.difficulty, self.tiers)
 
     def _check_inputs(self) -> None:
@@ -100,8 +104,7 @@ class TierStages(Curriculum):
         self._check_epoch(epoch)
         stage = self.stage(epoch)
         in_use = self.tiers >= 1 if stage == RETIRED_STAGE else self.tiers <= stage
-        # The easy-first order's count, so that every control takes as many examples.
-        return int((in_use & self._counted).sum())
+        return int((in_use & self._easy_first_kept).sum())
 
     def _choose(self, epoch: int, model: nn.Module | None, data: Data | None) -> np.ndarray:
         k = self.count(epoch)
