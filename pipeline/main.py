@@ -25,9 +25,9 @@ import yaml
 from models.schedule import NAMED_SCHEDULES, final_spec, named_schedule
 from models.spec import resolve_spec
 from pipeline.cli import build_config, config_options, help_text, opt
+from pipeline.curriculum.diet import curriculum_pruning, growth_boundaries, name_label
 from pipeline.data import Data, DataConfig, check_noise, load_data
 from pipeline.logged_model import register_champion
-from pipeline.plan import curriculum_pruning, growth_boundaries, name_label
 from pipeline.precision import PRECISIONS
 from pipeline.run_length import static_training_flops
 from pipeline.tracking import (
