@@ -36,6 +36,7 @@ from models.flops import flops_per_example
 from models.io import load_model
 from pipeline import exits, plots, report
 from pipeline.cli import build_config, config_options, help_text, opt
+from pipeline.codec import flat_params
 from pipeline.data import Data, DataConfig, Split, load_data
 from pipeline.logged_model import MODEL_ID_TAG
 from pipeline.loop import evaluate as evaluate_split
@@ -43,7 +44,7 @@ from pipeline.loop import pick_device
 from pipeline.precision import autocast, resolve_precision
 from pipeline.scores import load_scores
 from pipeline.session import MODEL_ARTIFACT_DIR, MODEL_FILE, find_scores_run
-from pipeline.tracking import GuardedCommand, UpstreamError, flat_params, main_guard, scratch_dir, tracked_run
+from pipeline.tracking import GuardedCommand, UpstreamError, main_guard, scratch_dir, tracked_run
 from pipeline.training import TIER_NAMES
 
 ENTRY_POINT = "evaluate"

@@ -25,6 +25,7 @@ import yaml
 from models.schedule import NAMED_SCHEDULES, final_spec, named_schedule
 from models.spec import resolve_spec
 from pipeline.cli import build_config, config_options, help_text, opt
+from pipeline.codec import flat_params
 from pipeline.curriculum.diet import curriculum_pruning, growth_boundaries, name_label
 from pipeline.data import Data, DataConfig, check_noise, load_data
 from pipeline.logged_model import register_champion
@@ -35,7 +36,6 @@ from pipeline.tracking import (
     Terminated,
     UpstreamError,
     code_version,
-    flat_params,
     main_guard,
     scratch_dir,
     shown_param,

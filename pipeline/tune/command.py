@@ -48,6 +48,7 @@ from optuna.trial import TrialState
 from models.spec import resolve_spec
 from pipeline.budget import parse_budget
 from pipeline.cli import build_config, config_options, help_text, option_name
+from pipeline.codec import flat_params
 from pipeline.data import Data, DataConfig, load_data
 from pipeline.logged_model import register_champion
 from pipeline.plan import DynamicCurriculumConfig
@@ -55,7 +56,6 @@ from pipeline.run_length import run_cost
 from pipeline.session import find_scores_run, prepare_curriculum
 from pipeline.tracking import (
     GuardedCommand,
-    flat_params,
     log_dataset,
     main_guard,
     raise_terminated,

@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 from models.schedule import GrowthError, validate_schedule
 from models.spec import resolve_spec
 from pipeline.budget import scale_epoch
+from pipeline.codec import flat_params
 from pipeline.curriculum.checks import CurriculumError
 from pipeline.curriculum.diet import curriculum_pruning
 from pipeline.data import Data, DataConfig
@@ -34,7 +35,6 @@ from pipeline.session import prepare_curriculum
 from pipeline.tracking import (
     FAILURE_TAG,
     code_version,
-    flat_params,
     log_params_shown,
     one_line,
     owner_tags,
