@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import click
+import mlflow
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -116,3 +117,17 @@ def test_argv_spells_options_as_the_cli_does():
     assert argv[argv.index("--subset") + 1] == "300"
     assert argv[argv.index("--deterministic") + 1] == "true"
     assert argv[argv.index("--data-dir") + 1] == ""
+
+
+def test_evaluate_reads_a_training_run_s_data_back(tracking):
+    from pipeline.evaluate import data_config_of
+    from pipeline.tracking import UpstreamError
+
+    with mlflow.start_run() as run:  # as `mlflow run` logged it, before label noise existed
+        mlflow.log_params({"dataset": "mnist", "data_dir": "''", "val_size": "500.0", "split_seed": "1"})
+    with pytest.raises(UpstreamError, match="lacks the data parameter 'subset'"):
+        data_config_of(mlflow.get_run(run.info.run_id))
+    with mlflow.start_run(run_id=run.info.run_id):
+        mlflow.log_param("subset", "300")
+    cfg = data_config_of(mlflow.get_run(run.info.run_id))
+    assert cfg == DataConfig(dataset="mnist", val_size=500, split_seed=1, subset=300)
