@@ -20,12 +20,11 @@ from typing import NamedTuple
 import click
 import mlflow
 import pandas as pd
-import yaml
 
 from models.schedule import NAMED_SCHEDULES, final_spec, named_schedule
 from models.spec import resolve_spec
 from pipeline.cli import build_config, config_options, help_text, opt
-from pipeline.codec import flat_params
+from pipeline.codec import default_params, flat_params
 from pipeline.curriculum.diet import curriculum_pruning, growth_boundaries, name_label
 from pipeline.data import Data, DataConfig, check_noise, load_data
 from pipeline.logged_model import register_champion
@@ -243,11 +242,6 @@ def same_params(wanted: dict, logged: dict) -> bool:
     )
 
 
-def entry_defaults(entry_point: str) -> dict[str, str]:
-    project = yaml.safe_load((REPO / "MLproject").read_text())
-    return {k: v["default"] for k, v in project["entry_points"][entry_point]["parameters"].items()}
-
-
 def find_reusable(entry_point: str, params: dict, data_digest: str) -> str:
     """A FINISHED run of ``entry_point`` with these parameters, code and data, or ''."""
     version = code_version()
@@ -279,7 +273,7 @@ class StepRunner:
         self.log: list[dict] = []
 
     def __call__(self, entry_point: str, **overrides) -> str:
-        params = {**entry_defaults(entry_point), **overrides}
+        params = {**default_params(entry_point), **flat_params(overrides)}
         digest = self.data_digest if entry_point != "evaluate" else ""
         run_id = find_reusable(entry_point, params, digest)
         reused = bool(run_id)
@@ -305,7 +299,7 @@ class StepRunner:
             submitted = mlflow.projects.run(
                 str(REPO),
                 entry_point=entry_point,
-                parameters={k: str(v) for k, v in params.items()},
+                parameters=params,
                 env_manager=self.env_manager,
                 experiment_id=self.experiment_id,
                 synchronous=False,
@@ -332,7 +326,7 @@ class StepRunner:
                 "entry_point": entry_point,
                 "run_id": run_id,
                 "reused": reused,
-                **{k: str(v) for k, v in overrides.items()},
+                **flat_params(overrides),
                 "run_name": mlflow.MlflowClient().get_run(run_id).info.run_name,
             }
         )
