@@ -79,6 +79,24 @@ def unquote(text: str) -> str:
     return text[1:-1] if len(text) >= 2 and text[0] == text[-1] == "'" else text
 
 
+def canonical(text: Any) -> str:
+    """One spelling per parameter value, to tell whether a run logged what is wanted: 12,
+    12.0 and '12' agree, as do true and True, and an empty value and ``''``."""
+    text = unquote(str(text).strip()).strip()
+    if text.lower() in ("true", "false"):
+        return text.lower()
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return repr(int(number)) if number.is_integer() else repr(number)
+
+
+def same_param(a: Any, b: Any) -> bool:
+    """Whether two spellings of a parameter are one value (see ``canonical``)."""
+    return canonical(a) == canonical(b)
+
+
 def parse_param(text: str, default: Any) -> Any:
     """A logged parameter as a value of its field's type (the type of the field's default)."""
     text = unquote(str(text))

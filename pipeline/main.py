@@ -24,7 +24,7 @@ import pandas as pd
 from models.schedule import NAMED_SCHEDULES, final_spec, named_schedule
 from models.spec import resolve_spec
 from pipeline.cli import build_config, config_options, help_text, opt
-from pipeline.codec import default_params, flat_params
+from pipeline.codec import default_params, flat_params, same_param
 from pipeline.curriculum.diet import curriculum_pruning, growth_boundaries, name_label
 from pipeline.data import Data, DataConfig, check_noise, load_data
 from pipeline.logged_model import register_champion
@@ -219,26 +219,10 @@ def noise_config(cfg: MainConfig, preset: Preset, rate: float) -> DataConfig:
 # --- reuse -------------------------------------------------------------------------------
 
 
-def _normalise(value) -> str:
-    """One spelling per value: MLflow logs '' as "''", ints may come back as 12.0."""
-    text = str(value).strip()
-    if len(text) >= 2 and text[0] == text[-1] == "'":
-        text = text[1:-1]
-    if text.lower() in ("true", "false"):
-        return text.lower()
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    return repr(int(number)) if number.is_integer() else repr(number)
-
-
 def same_params(wanted: dict, logged: dict) -> bool:
     """Whether a run logged these parameters (its name aside: a rerun may be ``static-s0-2``)."""
     return all(
-        k in logged and _normalise(shown_param(k, v)) == _normalise(logged[k])
-        for k, v in wanted.items()
-        if k != "run_name"
+        k in logged and same_param(shown_param(k, v), logged[k]) for k, v in wanted.items() if k != "run_name"
     )
 
 

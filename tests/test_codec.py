@@ -9,7 +9,7 @@ import click
 import mlflow
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pipeline.cli import build_config, config_options
@@ -19,6 +19,8 @@ from pipeline.codec import (
     flat_params,
     from_params,
     non_default_params,
+    param_text,
+    same_param,
     to_argv,
 )
 from pipeline.data import DataConfig
@@ -131,3 +133,19 @@ def test_evaluate_reads_a_training_run_s_data_back(tracking):
         mlflow.log_param("subset", "300")
     cfg = data_config_of(mlflow.get_run(run.info.run_id))
     assert cfg == DataConfig(dataset="mnist", val_size=500, split_seed=1, subset=300)
+
+
+@settings(max_examples=60, deadline=None)
+@example(value=" padded ")
+@given(value=st.one_of(st.booleans(), st.integers(-(2**52), 2**52), st.floats(allow_nan=False), TEXT))
+def test_a_value_is_the_same_parameter_however_mlflow_spelled_it(value):
+    text = param_text(value)
+    assert same_param(text, f"'{text}'")  # `mlflow run` quoting
+    if isinstance(value, int) and not isinstance(value, bool):
+        assert same_param(text, str(float(value)))  # `mlflow run` types integers as floats
+    if isinstance(value, bool):
+        assert same_param(text, str(value)) and not same_param(text, str(not value).lower())
+
+
+def test_different_values_are_different_parameters():
+    assert not same_param("12", "12.5") and not same_param("", "0") and not same_param("tiers", "Tiers")
