@@ -39,8 +39,7 @@ from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.codec import flat_params, from_params
 from pipeline.data import Data, DataConfig, Split, load_data
 from pipeline.logged_model import MODEL_ID_TAG
-from pipeline.loop import evaluate as evaluate_split
-from pipeline.loop import pick_device
+from pipeline.loop import evaluate_split, pick_device
 from pipeline.precision import autocast, resolve_precision
 from pipeline.scores import load_scores
 from pipeline.session import MODEL_ARTIFACT_DIR, MODEL_FILE, find_scores_run
