@@ -1,6 +1,6 @@
 """Config dataclasses to text and back: MLflow parameters, ``mlflow run -P`` values and the
-arguments of ``python -m pipeline.<step>``. Every step launched and every run's parameters read
-back go through here, so a value has one spelling everywhere.
+arguments of ``python -m pipeline.<step>``. Steps are launched, params logged and a run's
+config read back through here, so a value has one spelling everywhere.
 
 Field ``batch_size`` is parameter ``batch_size`` and option ``--batch-size``. A value is
 written as the command line takes it: ``true``/``false`` for a bool (click reads ``True`` too,
@@ -103,7 +103,10 @@ def parse_param(text: str, default: Any) -> Any:
     if isinstance(default, bool):
         return click.BOOL.convert(text.strip(), None, None)  # as the option parses it
     if isinstance(default, int):
-        number = float(text)
+        try:
+            return int(text)
+        except ValueError:
+            number = float(text)
         if not number.is_integer():
             raise ValueError(f"{text!r} is not a whole number")
         return int(number)

@@ -37,7 +37,7 @@ TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=
 )
 BY_TYPE = {
     bool: st.booleans(),
-    int: st.integers(-(2**31), 2**31),
+    int: st.integers(-(2**63), 2**63),
     float: st.floats(allow_nan=False),
     str: TEXT,
 }
