@@ -36,14 +36,14 @@ from models.flops import flops_per_example
 from models.io import load_model
 from pipeline import exits, plots, report
 from pipeline.cli import build_config, config_options, help_text, opt
+from pipeline.codec import flat_params, from_params
 from pipeline.data import Data, DataConfig, Split, load_data
 from pipeline.logged_model import MODEL_ID_TAG
-from pipeline.loop import evaluate as evaluate_split
-from pipeline.loop import pick_device
+from pipeline.loop import evaluate_split, pick_device
 from pipeline.precision import autocast, resolve_precision
 from pipeline.scores import load_scores
 from pipeline.session import MODEL_ARTIFACT_DIR, MODEL_FILE, find_scores_run
-from pipeline.tracking import GuardedCommand, UpstreamError, flat_params, main_guard, scratch_dir, tracked_run
+from pipeline.tracking import GuardedCommand, UpstreamError, main_guard, scratch_dir, tracked_run
 from pipeline.training import TIER_NAMES
 
 ENTRY_POINT = "evaluate"
@@ -275,22 +275,20 @@ def inference_device(name: str) -> torch.device:
     return device
 
 
+# Every training run has logged these; the data options added since default to the data
+# runs had before them (clean labels).
+LOGGED_DATA_PARAMS = ("dataset", "val_size", "split_seed", "subset")
+
+
 def data_config_of(run: mlflow.entities.Run) -> DataConfig:
     params = run.data.params
+    missing = [key for key in LOGGED_DATA_PARAMS if key not in params]
+    if missing:
+        raise UpstreamError(f"run {run.info.run_id} lacks the data parameter {missing[0]!r}")
     try:
-        return DataConfig(
-            dataset=params["dataset"],
-            data_dir=params.get("data_dir", "").strip("'"),
-            val_size=int(float(params["val_size"])),
-            split_seed=int(float(params["split_seed"])),
-            subset=int(float(params["subset"])),
-            # Runs from before label noise existed trained on clean labels.
-            label_noise=float(params.get("label_noise", 0.0)),
-            noise_kind=params.get("noise_kind", "symmetric").strip("'"),
-            noise_seed=int(float(params.get("noise_seed", 0))),
-        )
-    except KeyError as err:
-        raise UpstreamError(f"run {run.info.run_id} lacks the data parameter {err}") from None
+        return from_params(DataConfig, params)
+    except ValueError as err:
+        raise UpstreamError(f"run {run.info.run_id}: {err}") from None
 
 
 def evaluate_run(run_id: str, cfg: EvaluateConfig, data_cache: dict, tmp: Path) -> dict[str, float]:

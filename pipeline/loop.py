@@ -226,7 +226,9 @@ class EvalResult:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, split: Split, batch_size: int = 1024, precision: str = "fp32") -> EvalResult:
+def evaluate_split(
+    model: nn.Module, split: Split, batch_size: int = 1024, precision: str = "fp32"
+) -> EvalResult:
     """Loss and accuracy of ``model`` on ``split`` in eval mode, with per-example results;
     forward passes under the autocast of ``precision`` (resolved)."""
     model.eval()

@@ -20,11 +20,11 @@ from typing import NamedTuple
 import click
 import mlflow
 import pandas as pd
-import yaml
 
 from models.schedule import NAMED_SCHEDULES, final_spec, named_schedule
 from models.spec import resolve_spec
 from pipeline.cli import build_config, config_options, help_text, opt
+from pipeline.codec import default_params, flat_params, same_param
 from pipeline.curriculum.diet import curriculum_pruning, growth_boundaries, name_label
 from pipeline.data import Data, DataConfig, check_noise, load_data
 from pipeline.logged_model import register_champion
@@ -35,7 +35,6 @@ from pipeline.tracking import (
     Terminated,
     UpstreamError,
     code_version,
-    flat_params,
     main_guard,
     scratch_dir,
     shown_param,
@@ -220,32 +219,11 @@ def noise_config(cfg: MainConfig, preset: Preset, rate: float) -> DataConfig:
 # --- reuse -------------------------------------------------------------------------------
 
 
-def _normalise(value) -> str:
-    """One spelling per value: MLflow logs '' as "''", ints may come back as 12.0."""
-    text = str(value).strip()
-    if len(text) >= 2 and text[0] == text[-1] == "'":
-        text = text[1:-1]
-    if text.lower() in ("true", "false"):
-        return text.lower()
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    return repr(int(number)) if number.is_integer() else repr(number)
-
-
 def same_params(wanted: dict, logged: dict) -> bool:
     """Whether a run logged these parameters (its name aside: a rerun may be ``static-s0-2``)."""
     return all(
-        k in logged and _normalise(shown_param(k, v)) == _normalise(logged[k])
-        for k, v in wanted.items()
-        if k != "run_name"
+        k in logged and same_param(shown_param(k, v), logged[k]) for k, v in wanted.items() if k != "run_name"
     )
-
-
-def entry_defaults(entry_point: str) -> dict[str, str]:
-    project = yaml.safe_load((REPO / "MLproject").read_text())
-    return {k: v["default"] for k, v in project["entry_points"][entry_point]["parameters"].items()}
 
 
 def find_reusable(entry_point: str, params: dict, data_digest: str) -> str:
@@ -279,7 +257,7 @@ class StepRunner:
         self.log: list[dict] = []
 
     def __call__(self, entry_point: str, **overrides) -> str:
-        params = {**entry_defaults(entry_point), **overrides}
+        params = {**default_params(entry_point), **flat_params(overrides)}
         digest = self.data_digest if entry_point != "evaluate" else ""
         run_id = find_reusable(entry_point, params, digest)
         reused = bool(run_id)
@@ -305,7 +283,7 @@ class StepRunner:
             submitted = mlflow.projects.run(
                 str(REPO),
                 entry_point=entry_point,
-                parameters={k: str(v) for k, v in params.items()},
+                parameters=params,
                 env_manager=self.env_manager,
                 experiment_id=self.experiment_id,
                 synchronous=False,
@@ -332,7 +310,7 @@ class StepRunner:
                 "entry_point": entry_point,
                 "run_id": run_id,
                 "reused": reused,
-                **{k: str(v) for k, v in overrides.items()},
+                **flat_params(overrides),
                 "run_name": mlflow.MlflowClient().get_run(run_id).info.run_name,
             }
         )

@@ -9,6 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from pipeline.training import TIER_NAMES
+
 # Stages of the tiers curriculum (pipeline/curriculum/strategies.py, TierStages.stage), as the timeline
 # names them.
 STAGE_NAMES = {0: "easy only", 1: "easy+medium", 2: "all tiers", 3: "easy retired"}
@@ -17,7 +19,7 @@ MARKS = {  # what the timeline and the vertical lines show, each in its own styl
     "curriculum": {"color": "tab:cyan", "linestyle": "--", "lane": 1},
     "pruning": {"color": "tab:red", "linestyle": "-.", "lane": 0},
 }
-TIER_COLOURS = {"easy": "tab:green", "medium": "tab:brown", "hard": "tab:purple"}
+TIER_COLOURS = dict(zip(TIER_NAMES, ("tab:green", "tab:brown", "tab:purple")))
 
 
 def schedule_marks(

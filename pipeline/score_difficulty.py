@@ -43,13 +43,13 @@ from models.spec import ArchSpec, resolve_spec
 from pipeline import scores as scores_table
 from pipeline import scoring
 from pipeline.cli import build_config, config_options, help_text, opt
+from pipeline.codec import flat_params
 from pipeline.data import Data, DataConfig, RawData, load_data, load_raw
 from pipeline.loop import pick_device
 from pipeline.stats import roc_auc
 from pipeline.tracking import (
     GuardedCommand,
     current_run_name,
-    flat_params,
     log_dataset,
     log_json,
     main_guard,

@@ -27,6 +27,7 @@ from models.schedule import apply_event
 from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
 from pipeline import exits, plots
 from pipeline.cli import opt, option_name
+from pipeline.codec import same_param
 from pipeline.curriculum.diet import CurriculumSetup, build_diet, curriculum_pruning, needs_scores
 from pipeline.data import Data
 from pipeline.exits import ExitConfig
@@ -161,7 +162,7 @@ def check_resumable(
     logged, logged_tags = run.data.params, run.data.tags
     # A parameter the run never logged (an option added since) is taken as it is now.
     for key, value in (params or {}).items():
-        if key in RESUME_MAY_DIFFER or key not in logged or _same_value(logged[key], shown_param(key, value)):
+        if key in RESUME_MAY_DIFFER or key not in logged or same_param(logged[key], shown_param(key, value)):
             continue
         if _is_option(key):
             raise UpstreamError(
@@ -198,19 +199,6 @@ def _is_option(key: str) -> bool:
     """Whether ``key`` is an option of the running click command (outside one: assume so)."""
     ctx = click.get_current_context(silent=True)
     return ctx is None or key in {param.name for param in ctx.command.params}
-
-
-def _same_value(a: str, b: str) -> bool:
-    """Equal as the CLI and `mlflow run` spell them: 6 and 6.0, true and True, 'x' and x."""
-
-    def norm(text: str):
-        text = str(text).strip().strip("'")
-        try:
-            return float(text)
-        except ValueError:
-            return text.lower() if text.lower() in ("true", "false") else text
-
-    return a == b or norm(a) == norm(b)
 
 
 def _short(text: str, limit: int = 80) -> str:

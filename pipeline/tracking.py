@@ -19,7 +19,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -56,26 +55,6 @@ EXPERIMENT_KIND = "custom_model_development"
 # params/<key>.txt: the UI cuts long values, and a 500-character JSON spec reads as noise.
 LONG_PARAM = 100
 LONG_PARAM_DIR = "params"
-
-
-def flat_params(*configs) -> dict[str, str]:
-    """Parameters as plain text: true/false as the CLI spells them, lists of plain values
-    comma-separated (as the options take them), anything nested as JSON."""
-    params: dict[str, str] = {}
-    for cfg in configs:
-        items = asdict(cfg).items() if is_dataclass(cfg) else dict(cfg).items()
-        for key, value in items:
-            if isinstance(value, bool):
-                params[key] = str(value).lower()  # as MLproject and the CLI spell it
-            elif isinstance(value, (list, tuple)) and all(
-                isinstance(v, (int, float, str)) and "," not in str(v) for v in value
-            ):
-                params[key] = ",".join(str(v) for v in value)
-            elif isinstance(value, (list, dict, tuple)):
-                params[key] = json.dumps(value)
-            else:
-                params[key] = str(value)
-    return params
 
 
 def shown_param(key: str, value: str) -> str:

@@ -17,12 +17,13 @@ from models.schedule import NAMED_SCHEDULES, GrowthEvent, validate_schedule
 from models.spec import ArchSpec, resolve_spec
 from pipeline import plots
 from pipeline.cli import build_config, config_options, help_text
+from pipeline.codec import flat_params
 from pipeline.data import Data, DataConfig, load_data
 from pipeline.exits import ExitConfig, with_exits
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
 from pipeline.run_length import resolve_run_length, scaled_curriculum, scaled_schedule
 from pipeline.session import RunConfig, TrainingOutcome, prepare_curriculum, train_and_log, training_run
-from pipeline.tracking import GuardedCommand, current_run_name, flat_params, main_guard, scratch_dir
+from pipeline.tracking import GuardedCommand, current_run_name, main_guard, scratch_dir
 from pipeline.training import TrainConfig
 
 ENTRY_POINT = "train_dynamic"

@@ -23,7 +23,7 @@ from models.spec import ArchSpec
 from pipeline.cli import opt
 from pipeline.data import AUGMENTATIONS, Data, Split
 from pipeline.exits import all_exit_logits
-from pipeline.loop import EvalResult, cosine_lr, evaluate, pick_device, place_model, train_one_epoch
+from pipeline.loop import EvalResult, cosine_lr, evaluate_split, pick_device, place_model, train_one_epoch
 from pipeline.precision import PRECISIONS, PrecisionError, grad_scaler, resolve_precision
 
 CHECKPOINT_FORMAT = 1
@@ -337,7 +337,7 @@ def fit(
         if stats.losses is not None:
             plan.record_losses(stats.order, stats.losses)
         val_start = time.perf_counter()
-        val = evaluate(forward, data.val, cfg.eval_batch_size, precision=state.precision)
+        val = evaluate_split(forward, data.val, cfg.eval_batch_size, precision=state.precision)
         if meter is not None:
             meter.reserve_s = time.perf_counter() - val_start
         state.global_step += stats.steps
@@ -418,7 +418,7 @@ def noise_metrics(
     train = data.train
     idx = probe.to(train.y.device)
     sample = Split(train.x[idx], train.y[idx], train.index[idx], train.y_clean[idx])
-    pred = evaluate(model, sample, cfg.eval_batch_size, precision=precision).predictions
+    pred = evaluate_split(model, sample, cfg.eval_batch_size, precision=precision).predictions
     y, clean, flipped = sample.y.cpu(), sample.y_clean.cpu(), sample.flipped.cpu()
     out = {"noise/trained_flipped_share": float(train.flipped.cpu()[positions.cpu()].float().mean())}
     if (~flipped).any():

@@ -17,7 +17,7 @@ from pipeline.curriculum.checks import CurriculumError
 from pipeline.curriculum.pacing import PACINGS, get_pacing
 from pipeline.curriculum.strategies import curriculum_from_dict, make_curriculum
 from pipeline.data import Data, Split
-from pipeline.loop import evaluate
+from pipeline.loop import evaluate_split
 
 N = 600
 fractions = st.floats(min_value=0.0, max_value=1.0, exclude_min=True, allow_nan=False)
@@ -335,7 +335,7 @@ def test_self_paced_picks_the_models_lowest_loss_examples():
     )
     pos = c.positions(0, model, data)
     assert model.training  # the evaluation pass leaves the model as it found it
-    loss = evaluate(model, data.train, 40).per_example_loss  # the same batches: the same losses
+    loss = evaluate_split(model, data.train, 40).per_example_loss  # the same batches: the same losses
     chosen = torch.zeros(96, dtype=torch.bool)
     chosen[pos] = True
     assert chosen.sum() == 24

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from models.spec import resolve_spec
-from pipeline.loop import evaluate, seed_everything
+from pipeline.loop import evaluate_split, seed_everything
 from pipeline.precision import PrecisionError, autocast, cpu_bf16_fast, cpu_bf16_native, resolve_precision
 from pipeline.training import (
     CheckpointError,
@@ -66,8 +66,8 @@ def test_bf16_computes_in_bf16_and_keeps_fp32_weights(small_data):
     with autocast("bf16", CPU):
         assert state.model(small_data.val.x[:8]).dtype == torch.bfloat16
     # The logged accuracy is the bf16 evaluation's, and close to the same weights at fp32.
-    at_bf16 = evaluate(state.model, small_data.val, precision="bf16").acc
-    at_fp32 = evaluate(state.model, small_data.val, precision="fp32").acc
+    at_bf16 = evaluate_split(state.model, small_data.val, precision="bf16").acc
+    at_fp32 = evaluate_split(state.model, small_data.val, precision="fp32").acc
     assert state.history[-1]["val/acc"] == at_bf16
     assert abs(at_bf16 - at_fp32) < 0.02
     assert at_bf16 > 0.5  # learns: well above chance (0.1)

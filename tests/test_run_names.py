@@ -6,13 +6,13 @@ from __future__ import annotations
 import mlflow
 import pytest
 
+from pipeline.codec import flat_params
 from pipeline.curriculum.diet import curriculum_label
 from pipeline.tracking import (
     DEFAULT_EXPERIMENT,
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
     LONG_PARAM,
-    flat_params,
     shown_param,
     tracked_run,
 )

@@ -33,7 +33,7 @@ from pipeline.curriculum.base import Curriculum, describe
 from pipeline.curriculum.checks import CurriculumError
 from pipeline.curriculum.ordering import Ordering
 from pipeline.curriculum.pacing import PACINGS, ceil_count
-from pipeline.loop import evaluate
+from pipeline.loop import evaluate_split
 from pipeline.training import TIER_NAMES
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ class SelfPaced(Curriculum):
                 raise CurriculumError("curriculum pacing 'self-paced' needs the model and data each epoch")
             was_training = model.training
             try:
-                loss = evaluate(model, data.train, self.eval_batch_size).per_example_loss  # (N,), eval mode
+                loss = evaluate_split(model, data.train, self.eval_batch_size).per_example_loss  # (N,)
             finally:
                 model.train(was_training)
             pos = np.sort(self.ordering.rank(loss.double().numpy())[:k])

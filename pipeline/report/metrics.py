@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.training import TIER_NAMES
+
 TIME_TO_TARGET = "time/to_target_s"  # computed by the report from history.csv, not logged by training
-TIERS = {"test/acc": "all", "test/acc_easy": "easy", "test/acc_medium": "medium", "test/acc_hard": "hard"}
+TIERS = {"test/acc": "all", **{f"test/acc_{tier}": tier for tier in TIER_NAMES}}
 
 
 @dataclass(frozen=True)
@@ -19,9 +21,7 @@ class MetricInfo:
 
 METRICS: dict[str, MetricInfo] = {
     "test/acc": MetricInfo("test accuracy (all)", "acc", True),
-    "test/acc_easy": MetricInfo("test accuracy (easy)", "acc", True),
-    "test/acc_medium": MetricInfo("test accuracy (medium)", "acc", True),
-    "test/acc_hard": MetricInfo("test accuracy (hard)", "acc", True),
+    **{f"test/acc_{tier}": MetricInfo(f"test accuracy ({tier})", "acc", True) for tier in TIER_NAMES},
     "test/loss": MetricInfo("test loss", "plain", False),
     "val/acc": MetricInfo("final validation accuracy", "acc", True),
     "time/total_s": MetricInfo("wall-clock", "seconds", False),

@@ -18,6 +18,7 @@ from pipeline.report.paths import ReportPaths
 from pipeline.report.runs import COMPARABILITY_KEYS
 from pipeline.report.wording import comparison_bullets, conclusion, interval, p_cell, verdict
 from pipeline.stats import summary
+from pipeline.training import TIER_NAMES
 
 TITLE = "Growing CNN: comparison report"
 
@@ -253,9 +254,7 @@ def exits(groups: list[Group], paths: ReportPaths) -> list[Block]:
     """The early-exits section: per variant with exits, the head against adaptive inference on
     the test split, and the share of each tier that leaves at the first exit."""
     with_exits = [g for g in groups if g.has("test/flops_ratio")]
-    tiers = [
-        t for t in ("easy", "medium", "hard") if any(g.has(f"test/exit_share_exit1_{t}") for g in with_exits)
-    ]
+    tiers = [t for t in TIER_NAMES if any(g.has(f"test/exit_share_exit1_{t}") for g in with_exits)]
 
     def cell(g: Group, metric: str, kind: str) -> str:
         stats = summary(g.per_unit(metric).dropna())

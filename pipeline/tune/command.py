@@ -47,7 +47,8 @@ from optuna.trial import TrialState
 
 from models.spec import resolve_spec
 from pipeline.budget import parse_budget
-from pipeline.cli import build_config, config_options, help_text, option_name
+from pipeline.cli import build_config, config_options, help_text
+from pipeline.codec import flat_params, to_argv
 from pipeline.data import Data, DataConfig, load_data
 from pipeline.logged_model import register_champion
 from pipeline.plan import DynamicCurriculumConfig
@@ -55,7 +56,6 @@ from pipeline.run_length import run_cost
 from pipeline.session import find_scores_run, prepare_curriculum
 from pipeline.tracking import (
     GuardedCommand,
-    flat_params,
     log_dataset,
     main_guard,
     raise_terminated,
@@ -136,34 +136,16 @@ def resolve_scores(space_cfg: SpaceConfig, data: Data) -> tuple[str, tuple[str, 
     return ref, pacings, note
 
 
-def worker_args(configs: tuple) -> list[str]:
-    """Command-line arguments that give a worker process the same options, as a worker."""
-    args = []
-    for cfg in configs:
-        for f in dataclasses.fields(cfg):
-            value = getattr(cfg, f.name)
-            if f.name == "worker":
-                value = True
-            elif f.name == "workers":
-                value = 1
-            args += [option_name(f.name), str(value).lower() if isinstance(value, bool) else str(value)]
-    return args
-
-
 def run_worker_processes(n: int, configs: tuple, storage_url: str) -> list[int]:
     """Start ``n`` worker processes of this study and wait for them; returns their exit codes.
     Ctrl-C or SIGTERM here stops them (their running trials end KILLED and are retried later)."""
     data_cfg, train_cfg, space_cfg, study_cfg = configs
-    study_cfg = dataclasses.replace(study_cfg, storage=storage_url)
+    # Each process is a worker of this study only: one process, no parent run of its own.
+    study_cfg = dataclasses.replace(study_cfg, storage=storage_url, worker=True, workers=1)
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_RUN_ID"}
     env["MLFLOW_TRACKING_URI"] = mlflow.get_tracking_uri()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-    command = [
-        sys.executable,
-        "-m",
-        "pipeline.tune",
-        *worker_args((data_cfg, train_cfg, space_cfg, study_cfg)),
-    ]
+    command = [sys.executable, "-m", "pipeline.tune", *to_argv(data_cfg, train_cfg, space_cfg, study_cfg)]
     # Share the cores rather than oversubscribe them: n workers each with every core thrash.
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // n)))
     procs = [subprocess.Popen(command, env={**env, WORKER_INDEX_ENV: str(k)}) for k in range(n)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.cli import opt
+from pipeline.cli import opt, option_name
 from pipeline.data import DataConfig
 from pipeline.training import ConfigError, TrainConfig
 from pipeline.tune import search_space
@@ -77,7 +77,7 @@ class StudyConfig:
             raise ConfigError(f"--sampler {self.sampler!r}: use one of {', '.join(SAMPLERS)}")
         for name in ("workers", "heartbeat_interval", "grace_period"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+                raise ConfigError(f"{option_name(name)} must be positive, got {getattr(self, name)}")
         if self.grace_period <= self.heartbeat_interval:
             raise ConfigError(
                 f"--grace-period {self.grace_period} must exceed --heartbeat-interval "

@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 from models.schedule import GrowthError, validate_schedule
 from models.spec import resolve_spec
 from pipeline.budget import scale_epoch
+from pipeline.codec import flat_params, non_default_params
 from pipeline.curriculum.checks import CurriculumError
 from pipeline.curriculum.diet import curriculum_pruning
 from pipeline.data import Data, DataConfig
@@ -34,7 +35,6 @@ from pipeline.session import prepare_curriculum
 from pipeline.tracking import (
     FAILURE_TAG,
     code_version,
-    flat_params,
     log_params_shown,
     one_line,
     owner_tags,
@@ -319,12 +319,7 @@ def train_dynamic_options(
     growth_cfg: GrowthConfig,
     curriculum_cfg: DynamicCurriculumConfig,
 ) -> dict[str, str]:
-    """The ``-P`` options (those off train_dynamic's defaults) that retrain a trial there."""
-    options = {}
-    for cfg in (data_cfg, train_cfg, growth_cfg, curriculum_cfg):
-        default = type(cfg)()
-        for f in dataclasses.fields(cfg):
-            value = getattr(cfg, f.name)
-            if value != getattr(default, f.name) and f.name not in ("device", "data_dir"):
-                options[f.name] = str(value).lower() if isinstance(value, bool) else str(value)
-    return options
+    """The ``-P`` options (those off train_dynamic's defaults) that retrain a trial there;
+    the machine-local ones left out."""
+    options = non_default_params(data_cfg, train_cfg, growth_cfg, curriculum_cfg)
+    return {k: v for k, v in options.items() if k not in ("device", "data_dir")}
