@@ -43,7 +43,11 @@ from pipeline.loop import pick_device
 from pipeline.precision import autocast, resolve_precision
 from pipeline.scores import load_scores
 from pipeline.session import MODEL_ARTIFACT_DIR, MODEL_FILE, find_scores_run
-from pipeline.tracking import GuardedCommand, UpstreamError, flat_params, main_guard, scratch_dir, tracked_run
+from pipeline.tracking.artifacts import scratch_dir
+from pipeline.tracking.errors import UpstreamError
+from pipeline.tracking.guard import GuardedCommand, main_guard
+from pipeline.tracking.params import flat_params
+from pipeline.tracking.runs import tracked_run
 from pipeline.training import TIER_NAMES
 
 ENTRY_POINT = "evaluate"

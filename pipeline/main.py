@@ -30,19 +30,11 @@ from pipeline.logged_model import register_champion
 from pipeline.plan import curriculum_pruning, growth_boundaries, name_label
 from pipeline.precision import PRECISIONS
 from pipeline.run_length import static_training_flops
-from pipeline.tracking import (
-    GuardedCommand,
-    Terminated,
-    UpstreamError,
-    code_version,
-    flat_params,
-    main_guard,
-    scratch_dir,
-    shown_param,
-    tracked_run,
-    unique_run_name,
-    wait_closed,
-)
+from pipeline.tracking.artifacts import scratch_dir
+from pipeline.tracking.errors import Terminated, UpstreamError
+from pipeline.tracking.guard import GuardedCommand, main_guard
+from pipeline.tracking.params import flat_params, shown_param
+from pipeline.tracking.runs import code_version, tracked_run, unique_run_name, wait_closed
 
 ENTRY_POINT = "main"
 REPO = Path(__file__).resolve().parents[1]

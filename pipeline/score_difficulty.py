@@ -46,16 +46,10 @@ from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.data import Data, DataConfig, RawData, load_data, load_raw
 from pipeline.loop import pick_device
 from pipeline.stats import roc_auc
-from pipeline.tracking import (
-    GuardedCommand,
-    current_run_name,
-    flat_params,
-    log_dataset,
-    log_json,
-    main_guard,
-    scratch_dir,
-    tracked_run,
-)
+from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
+from pipeline.tracking.guard import GuardedCommand, main_guard
+from pipeline.tracking.params import flat_params
+from pipeline.tracking.runs import current_run_name, tracked_run
 from pipeline.training import TIER_NAMES, ConfigError, TrainConfig
 
 matplotlib.use("Agg")  # figures are files only, as in pipeline/plots.py

@@ -24,7 +24,9 @@ import pyarrow.parquet as pq
 import torch
 
 from pipeline.data import Data, Split
-from pipeline.tracking import ENTRY_POINT_TAG, UpstreamError, scratch_dir
+from pipeline.tracking.artifacts import scratch_dir
+from pipeline.tracking.errors import UpstreamError
+from pipeline.tracking.runs import ENTRY_POINT_TAG
 from pipeline.training import TIER_NAMES
 
 # The entry point that writes this table (pipeline.score_difficulty.ENTRY_POINT; a test keeps

@@ -35,19 +35,12 @@ from pipeline.loop import pick_device, seed_everything
 from pipeline.plan import CurriculumConfig, curriculum_label, curriculum_pruning, growth_boundaries
 from pipeline.pruning import LossPruner, PruningError
 from pipeline.scores import load_scores
-from pipeline.tracking import (
-    HOST_TAG,
-    PID_TAG,
-    UpstreamError,
-    current_run_name,
-    log_dataset,
-    log_json,
-    owned_elsewhere,
-    resume_lock,
-    scratch_dir,
-    shown_param,
-    tracked_run,
-)
+from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
+from pipeline.tracking.errors import UpstreamError
+from pipeline.tracking.params import shown_param
+from pipeline.tracking.processes import HOST_TAG, PID_TAG, owned_elsewhere
+from pipeline.tracking.resume_lock import resume_lock
+from pipeline.tracking.runs import current_run_name, tracked_run
 from pipeline.training import (
     TIER_NAMES,
     FitState,

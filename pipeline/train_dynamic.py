@@ -22,7 +22,10 @@ from pipeline.exits import ExitConfig, with_exits
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
 from pipeline.run_length import resolve_run_length, scaled_curriculum, scaled_schedule
 from pipeline.session import RunConfig, TrainingOutcome, prepare_curriculum, train_and_log, training_run
-from pipeline.tracking import GuardedCommand, current_run_name, flat_params, main_guard, scratch_dir
+from pipeline.tracking.artifacts import scratch_dir
+from pipeline.tracking.guard import GuardedCommand, main_guard
+from pipeline.tracking.params import flat_params
+from pipeline.tracking.runs import current_run_name
 from pipeline.training import TrainConfig
 
 ENTRY_POINT = "train_dynamic"

@@ -19,7 +19,7 @@ from pipeline import evaluate, score_difficulty, train_dynamic, train_static
 from pipeline.data import DataConfig, load_data
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
 from pipeline.session import RunConfig
-from pipeline.tracking import NOISE_ARTIFACT
+from pipeline.tracking.artifacts import NOISE_ARTIFACT
 from pipeline.training import TrainConfig
 from tests.conftest import mlflow_run
 

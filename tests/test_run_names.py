@@ -7,15 +7,8 @@ import mlflow
 import pytest
 
 from pipeline.plan import curriculum_label
-from pipeline.tracking import (
-    DEFAULT_EXPERIMENT,
-    EXPERIMENT_KIND,
-    EXPERIMENT_KIND_TAG,
-    LONG_PARAM,
-    flat_params,
-    shown_param,
-    tracked_run,
-)
+from pipeline.tracking.params import LONG_PARAM, flat_params, shown_param
+from pipeline.tracking.runs import DEFAULT_EXPERIMENT, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, tracked_run
 
 
 def _open(name: str, params: dict | None = None, **kwargs) -> mlflow.entities.Run:

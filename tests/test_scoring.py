@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from models.spec import resolve_spec
 from pipeline import score_difficulty, scores, scoring
 from pipeline.data import Data, DataConfig, Split, load_data
-from pipeline.tracking import UpstreamError, tracked_run
+from pipeline.tracking.errors import UpstreamError
+from pipeline.tracking.runs import tracked_run
 from pipeline.training import ConfigError, TrainConfig
 
 

@@ -53,15 +53,11 @@ from pipeline.logged_model import register_champion
 from pipeline.plan import DynamicCurriculumConfig
 from pipeline.run_length import run_cost
 from pipeline.session import find_scores_run, prepare_curriculum
-from pipeline.tracking import (
-    GuardedCommand,
-    flat_params,
-    log_dataset,
-    main_guard,
-    raise_terminated,
-    scratch_dir,
-    tracked_run,
-)
+from pipeline.tracking.artifacts import log_dataset, scratch_dir
+from pipeline.tracking.errors import raise_terminated
+from pipeline.tracking.guard import GuardedCommand, main_guard
+from pipeline.tracking.params import flat_params
+from pipeline.tracking.runs import tracked_run
 from pipeline.training import ConfigError, TrainConfig
 from pipeline.tune import report, search_space
 from pipeline.tune.config import CONFIGS, ENTRY_POINT, SpaceConfig, StudyConfig

@@ -30,15 +30,11 @@ from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig,
 from pipeline.pruning import PruningError
 from pipeline.run_length import resolve_run_length
 from pipeline.session import prepare_curriculum
-from pipeline.tracking import (
-    FAILURE_TAG,
-    code_version,
-    flat_params,
-    log_params_shown,
-    one_line,
-    owner_tags,
-    scratch_dir,
-)
+from pipeline.tracking.artifacts import scratch_dir
+from pipeline.tracking.errors import FAILURE_TAG, one_line
+from pipeline.tracking.params import flat_params, log_params_shown
+from pipeline.tracking.processes import owner_tags
+from pipeline.tracking.runs import code_version
 from pipeline.training import FitState, TrainConfig, fit, new_state
 from pipeline.tune import report, search_space
 from pipeline.tune.config import ENTRY_POINT, OBJECTIVES
