@@ -40,7 +40,7 @@ from pipeline.loop import evaluate
 from pipeline.training import TIER_NAMES
 
 if TYPE_CHECKING:
-    from pipeline.data import Data
+    from pipeline.data.dataset import Data
 
 # The paper's c: the exp and log pacings change by a factor e^10 over [0, a].
 PACING_C = 10.0

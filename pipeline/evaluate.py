@@ -36,7 +36,9 @@ from models.flops import flops_per_example
 from models.io import load_model
 from pipeline import exits, plots, report
 from pipeline.cli import build_config, config_options, help_text, opt
-from pipeline.data import Data, DataConfig, Split, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.dataset import Data, Split
+from pipeline.data.splits import load_data
 from pipeline.logged_model import MODEL_ID_TAG
 from pipeline.loop import evaluate as evaluate_split
 from pipeline.loop import pick_device

@@ -17,7 +17,7 @@ from models.growth import GROWTH_INITS, PlateauTrigger, carry_stage_head, events
 from models.schedule import GrowthError, GrowthEvent, final_spec, schedule_to_json
 from pipeline.cli import opt
 from pipeline.curriculum import Curriculum, CurriculumError
-from pipeline.data import Data
+from pipeline.data.dataset import Data
 from pipeline.precision import autocast
 from pipeline.pruning import LossPruner
 from pipeline.training import TrainConfig, TrainingPlan, rebuild_optimizer

@@ -43,7 +43,10 @@ from models.spec import ArchSpec, resolve_spec
 from pipeline import scores as scores_table
 from pipeline import scoring
 from pipeline.cli import build_config, config_options, help_text, opt
-from pipeline.data import Data, DataConfig, RawData, load_data, load_raw
+from pipeline.data.config import DataConfig
+from pipeline.data.dataset import Data
+from pipeline.data.sources import RawData, load_raw
+from pipeline.data.splits import load_data
 from pipeline.loop import pick_device
 from pipeline.stats import roc_auc
 from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir

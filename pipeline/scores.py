@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from pipeline.data import Data, Split
+from pipeline.data.dataset import Data, Split
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.runs import ENTRY_POINT_TAG

@@ -33,7 +33,8 @@ from scipy.stats import spearmanr
 from torch import nn
 
 from models.spec import ArchSpec
-from pipeline.data import Data, DataError, Split
+from pipeline.data.config import DataError
+from pipeline.data.dataset import Data, Split
 from pipeline.loop import seed_everything
 from pipeline.training import TIER_NAMES, ConfigError, FitState, TrainConfig, TrainingPlan, fit, new_state
 

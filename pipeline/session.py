@@ -28,7 +28,7 @@ from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
 from pipeline import exits, plots
 from pipeline.cli import opt, option_name
 from pipeline.curriculum import Curriculum, check_hold_back, check_rejoin
-from pipeline.data import Data
+from pipeline.data.dataset import Data
 from pipeline.exits import ExitConfig
 from pipeline.logged_model import log_classifier
 from pipeline.loop import pick_device, seed_everything

@@ -17,7 +17,9 @@ from models.schedule import NAMED_SCHEDULES, GrowthEvent, validate_schedule
 from models.spec import ArchSpec, resolve_spec
 from pipeline import plots
 from pipeline.cli import build_config, config_options, help_text
-from pipeline.data import Data, DataConfig, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.dataset import Data
+from pipeline.data.splits import load_data
 from pipeline.exits import ExitConfig, with_exits
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
 from pipeline.run_length import resolve_run_length, scaled_curriculum, scaled_schedule

@@ -21,7 +21,8 @@ from models.builder import SpecNet, build_model, count_parameters
 from models.flops import flops_per_example
 from models.spec import ArchSpec
 from pipeline.cli import opt
-from pipeline.data import AUGMENTATIONS, Data, Split
+from pipeline.data.augment import AUGMENTATIONS
+from pipeline.data.dataset import Data, Split
 from pipeline.exits import all_exit_logits
 from pipeline.loop import EvalResult, cosine_lr, evaluate, pick_device, place_model, train_one_epoch
 from pipeline.precision import PRECISIONS, PrecisionError, grad_scaler, resolve_precision

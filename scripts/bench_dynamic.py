@@ -65,7 +65,9 @@ from models.flops import flops_per_example
 from models.schedule import named_schedule, validate_schedule
 from models.spec import ArchSpec, resolve_spec
 from pipeline import evaluate, score_difficulty, scoring, train_dynamic, train_static
-from pipeline.data import Data, DataConfig, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.dataset import Data
+from pipeline.data.splits import load_data
 from pipeline.loop import seed_everything
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig, growth_boundaries
 from pipeline.session import RunConfig

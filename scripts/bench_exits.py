@@ -54,7 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run
 from models.flops import flops_per_example
 from models.io import load_model
 from pipeline import evaluate, exits, score_difficulty, train_dynamic, train_static
-from pipeline.data import DataConfig, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.splits import load_data
 from pipeline.exits import ExitConfig
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
 from pipeline.scores import load_scores

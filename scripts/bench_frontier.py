@@ -57,7 +57,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run
 
 from models.spec import resolve_spec
 from pipeline import evaluate, train_dynamic, train_static
-from pipeline.data import DataConfig, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.splits import load_data
 from pipeline.loop import pick_device
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
 from pipeline.run_length import static_training_flops

@@ -26,7 +26,7 @@ import mlflow
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
 
 from pipeline import evaluate, score_difficulty, train_dynamic, train_static
-from pipeline.data import DataConfig
+from pipeline.data.config import DataConfig
 from pipeline.loop import pick_device
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
 from pipeline.session import RunConfig

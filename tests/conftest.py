@@ -12,7 +12,8 @@ import mlflow
 import pytest
 import torch
 
-from pipeline.data import DataConfig, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.splits import load_data
 from pipeline.training import fit, load_checkpoint, save_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from models.builder import build_model
 from models.spec import resolve_spec
 from pipeline.curriculum import PACINGS, Curriculum, CurriculumError, get_pacing
-from pipeline.data import Data, Split
+from pipeline.data.dataset import Data, Split
 from pipeline.loop import evaluate
 
 N = 600

@@ -14,7 +14,7 @@ from models.builder import build_model
 from models.flops import flops_per_example
 from models.spec import ArchSpec, resolve_spec
 from pipeline import scoring
-from pipeline.data import Data, Split
+from pipeline.data.dataset import Data, Split
 from pipeline.evaluate import compute_test_metrics
 from pipeline.loop import EvalResult, seed_everything, train_one_epoch
 from pipeline.pruning import LossPruner

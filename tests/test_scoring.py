@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 
 from models.spec import resolve_spec
 from pipeline import score_difficulty, scores, scoring
-from pipeline.data import Data, DataConfig, Split, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.dataset import Data, Split
+from pipeline.data.splits import load_data
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.runs import tracked_run
 from pipeline.training import ConfigError, TrainConfig

@@ -13,7 +13,8 @@ import mlflow
 from mlflow.data.code_dataset_source import CodeDatasetSource
 from mlflow.data.meta_dataset import MetaDataset
 
-from pipeline.data import Data, noise_table
+from pipeline.data.dataset import Data
+from pipeline.data.label_noise import noise_table
 
 
 def log_dataset(data: Data, context: str = "training") -> None:

@@ -37,7 +37,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from models.schedule import GrowthError
     from models.spec import SpecError
     from pipeline.curriculum import CurriculumError
-    from pipeline.data import DataError
+    from pipeline.data.config import DataError
     from pipeline.loop import DeviceError, DivergenceError
     from pipeline.precision import PrecisionError
     from pipeline.pruning import PruningError

@@ -48,7 +48,9 @@ from optuna.trial import TrialState
 from models.spec import resolve_spec
 from pipeline.budget import parse_budget
 from pipeline.cli import build_config, config_options, help_text, option_name
-from pipeline.data import Data, DataConfig, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.dataset import Data
+from pipeline.data.splits import load_data
 from pipeline.logged_model import register_champion
 from pipeline.plan import DynamicCurriculumConfig
 from pipeline.run_length import run_cost

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.cli import opt
-from pipeline.data import DataConfig
+from pipeline.data.config import DataConfig
 from pipeline.training import ConfigError, TrainConfig
 from pipeline.tune import search_space
 

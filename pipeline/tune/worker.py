@@ -23,7 +23,8 @@ from models.schedule import GrowthError, validate_schedule
 from models.spec import resolve_spec
 from pipeline.budget import scale_epoch
 from pipeline.curriculum import CurriculumError
-from pipeline.data import Data, DataConfig
+from pipeline.data.config import DataConfig
+from pipeline.data.dataset import Data
 from pipeline.logged_model import log_classifier
 from pipeline.loop import DivergenceError, pick_device, seed_everything
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig, curriculum_pruning
