@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from pipeline.loop import evaluate
-from pipeline.training import TIER_NAMES
+from pipeline.training.metrics import TIER_NAMES
 
 if TYPE_CHECKING:
     from pipeline.data.dataset import Data

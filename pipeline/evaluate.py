@@ -50,7 +50,7 @@ from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.params import flat_params
 from pipeline.tracking.runs import tracked_run
-from pipeline.training import TIER_NAMES
+from pipeline.training.metrics import TIER_NAMES
 
 ENTRY_POINT = "evaluate"
 TRAINING_ENTRY_POINTS = ("train_static", "train_dynamic")

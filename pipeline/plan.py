@@ -20,7 +20,8 @@ from pipeline.curriculum import Curriculum, CurriculumError
 from pipeline.data.dataset import Data
 from pipeline.precision import autocast
 from pipeline.pruning import LossPruner
-from pipeline.training import TrainConfig, TrainingPlan, rebuild_optimizer
+from pipeline.training.config import TrainConfig, rebuild_optimizer
+from pipeline.training.epoch_loop import TrainingPlan
 
 PRUNE_HELP = (
     "loss-aware pruning (InfoBatch): share of the well-learned examples (loss below the mean) "

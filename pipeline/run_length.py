@@ -34,7 +34,7 @@ from pipeline.budget import (
 from pipeline.data.dataset import Data
 from pipeline.loop import pick_device, place_model
 from pipeline.plan import CurriculumConfig
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 
 
 @dataclass

@@ -53,7 +53,8 @@ from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.params import flat_params
 from pipeline.tracking.runs import current_run_name, tracked_run
-from pipeline.training import TIER_NAMES, ConfigError, TrainConfig
+from pipeline.training.config import ConfigError, TrainConfig
+from pipeline.training.metrics import TIER_NAMES
 
 matplotlib.use("Agg")  # figures are files only, as in pipeline/plots.py
 import matplotlib.pyplot as plt

@@ -27,7 +27,7 @@ from pipeline.data.dataset import Data, Split
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.runs import ENTRY_POINT_TAG
-from pipeline.training import TIER_NAMES
+from pipeline.training.metrics import TIER_NAMES
 
 # The entry point that writes this table (pipeline.score_difficulty.ENTRY_POINT; a test keeps
 # them equal, an import would be circular).

@@ -36,7 +36,10 @@ from models.spec import ArchSpec
 from pipeline.data.config import DataError
 from pipeline.data.dataset import Data, Split
 from pipeline.loop import seed_everything
-from pipeline.training import TIER_NAMES, ConfigError, FitState, TrainConfig, TrainingPlan, fit, new_state
+from pipeline.training.config import ConfigError, TrainConfig
+from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.metrics import TIER_NAMES
+from pipeline.training.state import FitState, new_state
 
 # The EL2N snapshot: after this many epochs of the fold model's own training. Paul et al.
 # score at ~10% of a long run; with 2-3 epoch scoring models the first epoch is that point.

@@ -41,16 +41,11 @@ from pipeline.tracking.params import shown_param
 from pipeline.tracking.processes import HOST_TAG, PID_TAG, owned_elsewhere
 from pipeline.tracking.resume_lock import resume_lock
 from pipeline.tracking.runs import current_run_name, tracked_run
-from pipeline.training import (
-    TIER_NAMES,
-    FitState,
-    TrainConfig,
-    TrainingPlan,
-    fit,
-    load_checkpoint,
-    new_state,
-    save_checkpoint,
-)
+from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
+from pipeline.training.config import TrainConfig
+from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.metrics import TIER_NAMES
+from pipeline.training.state import FitState, new_state
 
 CHECKPOINT_ARTIFACT = "checkpoints/last.pt"
 MODEL_ARTIFACT_DIR = "model"

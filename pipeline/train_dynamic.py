@@ -28,7 +28,7 @@ from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.params import flat_params
 from pipeline.tracking.runs import current_run_name
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 
 ENTRY_POINT = "train_dynamic"
 CONFIGS = (DataConfig, TrainConfig, GrowthConfig, DynamicCurriculumConfig, RunConfig, ExitConfig)

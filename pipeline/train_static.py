@@ -21,7 +21,7 @@ from pipeline.run_length import resolve_run_length, scaled_curriculum
 from pipeline.session import RunConfig, TrainingOutcome, prepare_curriculum, train_and_log, training_run
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.params import flat_params
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 
 ENTRY_POINT = "train_static"
 

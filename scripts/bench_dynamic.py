@@ -72,7 +72,9 @@ from pipeline.loop import seed_everything
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig, growth_boundaries
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
-from pipeline.training import TrainConfig, TrainingPlan, fit, new_state
+from pipeline.training.config import TrainConfig
+from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.state import new_state
 
 TUNING_SEEDS = (0, 1, 2)  # the seeds the defaults were chosen on (validation split)
 REPORT_SEEDS = "100,101,102,103,104"

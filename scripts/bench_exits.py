@@ -61,7 +61,8 @@ from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfi
 from pipeline.scores import load_scores
 from pipeline.session import RunConfig, find_scores_run
 from pipeline.stats import paired_test, summary
-from pipeline.training import TIER_NAMES, TrainConfig
+from pipeline.training.config import TrainConfig
+from pipeline.training.metrics import TIER_NAMES
 
 TUNING_SEEDS = (0, 1, 2)
 ARMS = ("dynamic+exits", "dynamic", "static+exits", "static")

@@ -41,7 +41,7 @@ from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfi
 from pipeline.run_length import static_training_flops
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 from scripts.bench_dynamic import TUNING_SEEDS, machine, scores_with_cost
 
 REFERENCE_EPOCHS = 12

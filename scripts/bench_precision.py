@@ -31,7 +31,7 @@ from pipeline.loop import pick_device
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 from scripts.bench_dynamic import machine
 
 

@@ -43,7 +43,7 @@ from pipeline.loop import memory_format_for, seed_everything
 from pipeline.precision import DTYPES, autocast, resolve_precision
 from pipeline.session import RunConfig
 from pipeline.train_static import StaticConfig, run
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 
 CPU = torch.device("cpu")
 

@@ -14,7 +14,8 @@ import torch
 
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
-from pipeline.training import fit, load_checkpoint, save_checkpoint
+from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
+from pipeline.training.epoch_loop import fit
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ from pipeline.plan import DynamicCurriculumConfig, GrowthConfig
 from pipeline.run_length import scaled_schedule
 from pipeline.session import RunConfig
 from pipeline.train_static import StaticConfig
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 
 DATA = DataConfig(subset=600)
 QUIET = RunConfig(progress=False)

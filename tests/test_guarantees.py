@@ -18,7 +18,10 @@ from pipeline.data.dataset import Data, Split
 from pipeline.evaluate import compute_test_metrics
 from pipeline.loop import EvalResult, seed_everything, train_one_epoch
 from pipeline.pruning import LossPruner
-from pipeline.training import TrainConfig, TrainingPlan, fit, new_state, tier_accuracies
+from pipeline.training.config import TrainConfig
+from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.metrics import tier_accuracies
+from pipeline.training.state import new_state
 
 CPU = torch.device("cpu")
 

@@ -17,7 +17,9 @@ from pipeline.main import NOISE_HOLD_BACK, Diet, MainConfig, resolve_preset
 from pipeline.report.runs import setting_of
 from pipeline.score_difficulty import Scored, noise_metrics, noise_report
 from pipeline.stats import roc_auc
-from pipeline.training import TrainConfig, TrainingPlan, fit, new_state
+from pipeline.training.config import TrainConfig
+from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.state import new_state
 
 NOISY = DataConfig(subset=2000, label_noise=0.4)
 

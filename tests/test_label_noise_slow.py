@@ -21,7 +21,7 @@ from pipeline.data.splits import load_data
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
 from pipeline.session import RunConfig
 from pipeline.tracking.artifacts import NOISE_ARTIFACT
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 from tests.conftest import mlflow_run
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from pipeline.curriculum import Curriculum
 from pipeline.plan import CurriculumConfig
 from pipeline.pruning import LossPruner, PruningError
 from pipeline.session import make_pruner
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 
 N = 1000
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from pipeline import scores, scoring
-from pipeline.training import TIER_NAMES
+from pipeline.training.metrics import TIER_NAMES
 from tests.conftest import mlflow_run
 
 pytestmark = pytest.mark.slow

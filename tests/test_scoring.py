@@ -22,7 +22,7 @@ from pipeline.data.dataset import Data, Split
 from pipeline.data.splits import load_data
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.runs import tracked_run
-from pipeline.training import ConfigError, TrainConfig
+from pipeline.training.config import ConfigError, TrainConfig
 
 
 def synthetic_data(n_train=60, n_val=30, n_test=30, classes=3, seed=0) -> Data:

@@ -41,7 +41,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from pipeline.loop import DeviceError, DivergenceError
     from pipeline.precision import PrecisionError
     from pipeline.pruning import PruningError
-    from pipeline.training import CheckpointError, ConfigError
+    from pipeline.training.checkpoints import CheckpointError
+    from pipeline.training.config import ConfigError
 
     return (
         DataError,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from pipeline.cli import opt
 from pipeline.data.config import DataConfig
-from pipeline.training import ConfigError, TrainConfig
+from pipeline.training.config import ConfigError, TrainConfig
 from pipeline.tune import search_space
 
 ENTRY_POINT = "tune"

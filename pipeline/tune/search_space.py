@@ -32,7 +32,7 @@ from models.layers import LAYER_TYPES, LAYERS
 from models.schedule import GrowthEvent, validate_schedule
 from models.spec import ArchSpec
 from pipeline.curriculum import CURRICULUM_PACINGS, PACINGS
-from pipeline.training import ConfigError
+from pipeline.training.config import ConfigError
 
 # tune's default --layer-types: every type whose entry says it is searched.
 DEFAULT_LAYER_TYPES = ",".join(name for name, kind in LAYERS.items() if kind.searched)

@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from pipeline.cli import option_name
 from pipeline.tracking.errors import FAILURE_TAG, one_line
-from pipeline.training import ConfigError
+from pipeline.training.config import ConfigError
 from pipeline.tune import report, search_space
 from pipeline.tune.config import OBJECTIVES, StudyConfig
 

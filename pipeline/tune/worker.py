@@ -36,7 +36,9 @@ from pipeline.tracking.errors import FAILURE_TAG, one_line
 from pipeline.tracking.params import flat_params, log_params_shown
 from pipeline.tracking.processes import owner_tags
 from pipeline.tracking.runs import code_version
-from pipeline.training import FitState, TrainConfig, fit, new_state
+from pipeline.training.config import TrainConfig
+from pipeline.training.epoch_loop import fit
+from pipeline.training.state import FitState, new_state
 from pipeline.tune import report, search_space
 from pipeline.tune.config import ENTRY_POINT, OBJECTIVES
 from pipeline.tune.study import (
