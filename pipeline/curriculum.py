@@ -36,8 +36,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.loop import evaluate
-from pipeline.training.metrics import TIER_NAMES
 
 if TYPE_CHECKING:
     from pipeline.data.dataset import Data

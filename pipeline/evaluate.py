@@ -39,18 +39,18 @@ from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data, Split
 from pipeline.data.splits import load_data
+from pipeline.difficulty.scores_table import load_scores
+from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.logged_model import MODEL_ID_TAG
 from pipeline.loop import evaluate as evaluate_split
 from pipeline.loop import pick_device
 from pipeline.precision import autocast, resolve_precision
-from pipeline.scores import load_scores
 from pipeline.session import MODEL_ARTIFACT_DIR, MODEL_FILE, find_scores_run
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.params import flat_params
 from pipeline.tracking.runs import tracked_run
-from pipeline.training.metrics import TIER_NAMES
 
 ENTRY_POINT = "evaluate"
 TRAINING_ENTRY_POINTS = ("train_static", "train_dynamic")

@@ -29,12 +29,13 @@ from pipeline import exits, plots
 from pipeline.cli import opt, option_name
 from pipeline.curriculum import Curriculum, check_hold_back, check_rejoin
 from pipeline.data.dataset import Data
+from pipeline.difficulty.scores_table import load_scores
+from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.exits import ExitConfig
 from pipeline.logged_model import log_classifier
 from pipeline.loop import pick_device, seed_everything
 from pipeline.plan import CurriculumConfig, curriculum_label, curriculum_pruning, growth_boundaries
 from pipeline.pruning import LossPruner, PruningError
-from pipeline.scores import load_scores
 from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.params import shown_param
@@ -44,7 +45,6 @@ from pipeline.tracking.runs import current_run_name, tracked_run
 from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
-from pipeline.training.metrics import TIER_NAMES
 from pipeline.training.state import FitState, new_state
 
 CHECKPOINT_ARTIFACT = "checkpoints/last.pt"

@@ -8,11 +8,10 @@ from torch import nn
 
 from models.builder import SpecNet
 from pipeline.data.dataset import Data, Split
+from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.exits import all_exit_logits
 from pipeline.loop import EvalResult, evaluate
 from pipeline.training.config import TrainConfig
-
-TIER_NAMES = ("easy", "medium", "hard")
 
 
 def tier_accuracies(result: EvalResult, tiers: torch.Tensor | None, prefix: str) -> dict[str, float]:
