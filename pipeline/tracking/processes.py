@@ -27,7 +27,8 @@ def owner_tags(pid: int | None = None) -> dict[str, str]:
 
 
 def process_start(pid: int) -> str:
-    # Field 22 of /proc/PID/stat: start time in clock ticks since boot ('' where there is no /proc).
+    """When process ``pid`` started, as field 22 of /proc/PID/stat (clock ticks since boot); ''
+    where there is no /proc. With the pid it names a process that a reused pid cannot pass for."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -36,6 +37,7 @@ def process_start(pid: int) -> str:
 
 
 def process_alive(pid: int, start: str) -> bool:
+    """Whether process ``pid`` is alive and, where ``start`` is known, the one that started then."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
