@@ -25,12 +25,12 @@ import yaml
 from models.schedule import NAMED_SCHEDULES, final_spec, named_schedule
 from models.spec import resolve_spec
 from pipeline.cli import build_config, config_options, help_text, opt
+from pipeline.curriculum.diet import curriculum_pruning, growth_boundaries, name_label
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.label_noise import check_noise
 from pipeline.data.splits import load_data
 from pipeline.logged_model import register_champion
-from pipeline.plan import curriculum_pruning, growth_boundaries, name_label
 from pipeline.precision import PRECISIONS
 from pipeline.run_length import static_training_flops
 from pipeline.tracking.artifacts import scratch_dir

@@ -16,7 +16,8 @@ from models.flops import flops_per_example
 from models.growth import GROWTH_INITS, PlateauTrigger, carry_stage_head, events_due, grow, probe_jump
 from models.schedule import GrowthError, GrowthEvent, final_spec, schedule_to_json
 from pipeline.cli import opt
-from pipeline.curriculum import Curriculum, CurriculumError
+from pipeline.curriculum.base import Curriculum
+from pipeline.curriculum.checks import CurriculumError
 from pipeline.data.dataset import Data
 from pipeline.precision import autocast
 from pipeline.pruning import LossPruner
@@ -84,29 +85,6 @@ class DynamicCurriculumConfig(CurriculumConfig):
     prune: float = opt(0.3, PRUNE_HELP)
 
 
-def curriculum_pruning(pacing: str) -> float:
-    """The default dynamic run's pruning rate for a run with ``pacing``: pruning belongs to the
-    curriculum, so a run without one (``none``) prunes nothing and isolates growth."""
-    return 0.0 if pacing == "none" else DynamicCurriculumConfig().prune
-
-
-def curriculum_label(pacing: str, order: str, prune: float, hold_back: float = 0.0) -> str:
-    """The curriculum's part of a variant's name: ``+tiers``, ``+tiers-random``,
-    ``+tiers+prune0.3``, ``+linear+hold0.33``, or '' for neither curriculum nor pruning."""
-    held = f"+hold{hold_back:.2g}" if hold_back else ""
-    pruning = f"+prune{prune:g}" if prune else ""
-    if pacing == "none":
-        return ("" if order == "curriculum" or not hold_back else f"-{order}") + held + pruning
-    return f"+{pacing}" + ("" if order == "curriculum" else f"-{order}") + held + pruning
-
-
-def name_label(pacing: str, order: str, prune: float, hold_back: float = 0.0) -> str:
-    """``curriculum_label`` for a run's name: the pruning that goes with the pacing by default
-    (``curriculum_pruning``) left out, so names stay short enough for the UI's columns
-    (``dynamic-default+tiers-s0``); the variant tag keeps it."""
-    return curriculum_label(pacing, order, 0.0 if prune == curriculum_pruning(pacing) else prune, hold_back)
-
-
 @dataclass(frozen=True)
 class GrowthConfig:
     start_spec: str = opt("minimal", "architecture the run starts from (name, JSON file or string)")
@@ -129,26 +107,6 @@ class GrowthConfig:
         if self.plateau_patience < 1:
             raise GrowthError(f"--plateau-patience must be positive, got {self.plateau_patience}")
         return self
-
-
-def growth_boundaries(events: list[GrowthEvent]) -> list[int] | None:
-    """Tier boundaries tied to growth: the start network works through the curriculum (medium
-    examples join a third and hard ones two thirds of the way to the first growth event), and
-    from the first growth on the easy examples retire: the grown networks train on the medium
-    and hard ones.
-
-    Why this shape, measured on full Fashion-MNIST (12 epochs): networks fed only easy
-    examples stall near 0.84 validation accuracy whatever their size, so holding hard examples
-    back until the network is complete left it too few epochs to catch up (1.35 points below
-    static). Easy examples, once learned, teach little: the static network trained without
-    them from epoch 2 on ends as accurate as with them (seed 0: 0.9342 against 0.9320; seeds
-    1-2 with these boundaries: 0.9322 and 0.9344 against 0.9334 and 0.9340) at 0.71x the cost
-    of each such epoch. Dropping more than the easy third costs accuracy (the hardest half per
-    class: 0.9308; 40%: 0.9224), because the network then forgets the easy examples."""
-    if not events:
-        return None
-    first = min(event.epoch for event in events)
-    return [first // 3, 2 * first // 3, first]
 
 
 class ExperimentPlan(TrainingPlan):
@@ -227,7 +185,7 @@ class ExperimentPlan(TrainingPlan):
         if self.curriculum is None:
             chosen = torch.arange(len(data.train))
         else:
-            chosen = self.curriculum.positions(epoch, self.cfg.epochs, model, data)
+            chosen = self.curriculum.positions(epoch, model, data)
         if self.pruner is None:
             return chosen
         kept, self.weights = self.pruner.select(epoch, self.cfg.epochs, chosen)
@@ -249,7 +207,7 @@ class ExperimentPlan(TrainingPlan):
     def epoch_info(self, epoch: int) -> dict[str, float]:
         info = {"growth/events_applied": float(self.applied)}
         if self.curriculum is not None:
-            info.update(self.curriculum.epoch_info(epoch, self.cfg.epochs))
+            info.update(self.curriculum.epoch_info(epoch))
         if self.pruner is not None:
             info["curriculum/pruned_share"] = self.pruner.pruned_share
         return info
@@ -285,7 +243,5 @@ class ExperimentPlan(TrainingPlan):
             "pruning": self.pruner.to_dict() if self.pruner else None,
             "exit_weights": list(self.exit_weights) if self.exit_weights is not None else None,
             "stage_exits": self.stage_exits,
-            "curriculum_schedule": self.curriculum.schedule_table(self.cfg.epochs)
-            if self.curriculum
-            else None,
+            "curriculum_schedule": self.curriculum.schedule_table() if self.curriculum else None,
         }

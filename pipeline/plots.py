@@ -9,7 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-# Stages of the tiers curriculum (pipeline.curriculum.Curriculum.stage), as the timeline names them.
+# Stages of the tiers curriculum (pipeline/curriculum/strategies.py, TierStages.stage), as the timeline
+# names them.
 STAGE_NAMES = {0: "easy only", 1: "easy+medium", 2: "all tiers", 3: "easy retired"}
 MARKS = {  # what the timeline and the vertical lines show, each in its own style and lane
     "growth": {"color": "0.35", "linestyle": ":", "lane": 2},

@@ -144,7 +144,7 @@ def resolve_run_length(
 def _examples(setup, epoch: int, epochs: int, n_train: int) -> float:
     """The examples epoch ``epoch`` plans to train on: the curriculum's, less expected pruning."""
     curriculum, pruner = getattr(setup, "curriculum", None), getattr(setup, "pruner", None)
-    n = float(curriculum.count(epoch, epochs)) if curriculum is not None else float(n_train)
+    n = float(curriculum.count(epoch)) if curriculum is not None else float(n_train)
     if pruner is not None and pruner.active(epoch, epochs):
         n *= 1 - pruner.rate * PRUNED_SHARE_PLANNED
     return n

@@ -27,15 +27,14 @@ from models.schedule import apply_event
 from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
 from pipeline import exits, plots
 from pipeline.cli import opt, option_name
-from pipeline.curriculum import Curriculum, check_hold_back, check_rejoin
+from pipeline.curriculum.diet import CurriculumSetup, build_diet, curriculum_pruning, needs_scores
 from pipeline.data.dataset import Data
 from pipeline.difficulty.scores_table import load_scores
 from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.exits import ExitConfig
 from pipeline.logged_model import log_classifier
 from pipeline.loop import pick_device, seed_everything
-from pipeline.plan import CurriculumConfig, curriculum_label, curriculum_pruning, growth_boundaries
-from pipeline.pruning import LossPruner, PruningError
+from pipeline.plan import CurriculumConfig
 from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.params import shown_param
@@ -429,28 +428,6 @@ def log_final_artifacts(state: FitState, plan: TrainingPlan, tmp: Path, title: s
 # --- curriculum inputs -------------------------------------------------------------------
 
 
-@dataclass
-class CurriculumSetup:
-    """What a training run takes from a score_difficulty run."""
-
-    curriculum: Curriculum | None
-    val_tiers: torch.Tensor | None  # tier per validation example, for val/acc_<tier>
-    scores_run_id: str
-    pacing: str
-    order: str
-    pruner: LossPruner | None = None
-    hold_back: float = 0.0
-
-    def tags(self) -> dict[str, str]:
-        return {"scores_run_id": self.scores_run_id, "pacing": self.pacing, "order": self.order}
-
-    def label(self) -> str:
-        """The curriculum's part of a run's variant name, e.g. ``+tiers``, ``+tiers-random`` or
-        ``+tiers+prune0.3``."""
-        rate = self.pruner.rate if self.pruner is not None else 0
-        return curriculum_label(self.pacing, self.order, rate, self.hold_back)
-
-
 def find_scores_run(data: Data) -> str:
     """The newest FINISHED score_difficulty run for exactly this data (digest), or ''."""
     runs = mlflow.search_runs(
@@ -469,13 +446,13 @@ def find_scores_run(data: Data) -> str:
 def prepare_curriculum(
     cfg: CurriculumConfig, data: Data, train_cfg: TrainConfig, events: list
 ) -> CurriculumSetup:
-    """Load the scores a run needs and build its curriculum; fails before any training."""
-    needs_scores = cfg.pacing != "none" or check_hold_back(cfg.hold_back) > 0
-    check_rejoin(cfg.rejoin)  # also where no Curriculum is built (--pacing none)
+    """Find and load the scores a run needs, and build its diet (``build_diet``); fails
+    before any training."""
+    needs = needs_scores(cfg)
     ref = cfg.scores_run.strip()
     if ref == "auto":
         ref = find_scores_run(data)
-        if not ref and needs_scores:
+        if not ref and needs:
             raise UpstreamError(
                 f"--pacing {cfg.pacing}{f' --hold-back {cfg.hold_back:g}' if cfg.hold_back else ''} "
                 "needs difficulty scores and no finished score_difficulty run "
@@ -484,65 +461,9 @@ def prepare_curriculum(
                 + (" without --hold-back" if cfg.hold_back else "")
             )
     elif ref in ("", "none"):
-        if needs_scores:
+        if needs:
             what = f"--pacing {cfg.pacing}" if cfg.pacing != "none" else f"--hold-back {cfg.hold_back:g}"
             raise UpstreamError(f"{what} needs --scores-run (a score_difficulty run)")
         ref = ""
     table = load_scores(ref, data) if ref else None
-    run_id = table.run_id if table is not None else ""
-    val_tiers = table.tiers_for(data.val, "val") if table is not None else None
-    if not needs_scores:
-        return CurriculumSetup(
-            None, val_tiers, run_id, "none", cfg.order, make_pruner(cfg, train_cfg, None, len(data.train))
-        )
-    boundaries = cfg.boundaries() or growth_boundaries(events)
-    curriculum = Curriculum(
-        table.scores_for(data.train, "train", cfg.difficulty_score),
-        table.tiers_for(data.train, "train"),
-        pacing=cfg.pacing,
-        order=cfg.order,
-        a=cfg.pacing_a,
-        b=cfg.pacing_b,
-        seed=cfg.curriculum_seed,
-        boundaries=boundaries,
-        eval_batch_size=train_cfg.eval_batch_size,
-        rejoin=cfg.rejoin,
-        hold_back=cfg.hold_back,
-    ).validate(train_cfg.epochs)
-    pruner = make_pruner(cfg, train_cfg, curriculum, len(data.train))
-    return CurriculumSetup(curriculum, val_tiers, run_id, cfg.pacing, cfg.order, pruner, cfg.hold_back)
-
-
-def make_pruner(
-    cfg: CurriculumConfig, train_cfg: TrainConfig, curriculum: Curriculum | None, n_train: int
-) -> LossPruner | None:
-    """The run's loss-aware pruning, or None with ``--prune 0``.
-
-    By default (``--prune-from 0``) it starts when the tiers curriculum retires the easy
-    examples: until then the network is still learning the examples pruning would skip. When
-    they retire so late that the annealing tail leaves no epoch to prune, the run does not
-    prune (its plan.json says ``"pruning": null``); a ``--prune-from`` that prunes no epoch is
-    an error."""
-    if cfg.prune == 0:
-        return None
-    if cfg.prune_from < 0:
-        raise PruningError(f"--prune-from must be an epoch (0 for automatic), got {cfg.prune_from}")
-    start = cfg.prune_from
-    if start == 0:
-        boundaries = (
-            curriculum.boundaries if curriculum is not None and curriculum.pacing == "tiers" else None
-        )
-        start = max(1, boundaries[2]) if boundaries and len(boundaries) == 3 else 1
-    # Pruning's losses of the retired easy examples are stale, so it stops where they rejoin.
-    anneal = max(
-        cfg.prune_anneal, cfg.rejoin if curriculum is not None and curriculum.pacing == "tiers" else 0.0
-    )
-    pruner = LossPruner(n_train, cfg.prune, anneal, start, train_cfg.seed)
-    if not any(pruner.active(epoch, train_cfg.epochs) for epoch in range(train_cfg.epochs)):
-        if cfg.prune_from == 0:
-            return None
-        raise PruningError(
-            f"--prune-from {start} prunes no epoch: --prune-anneal {cfg.prune_anneal:g} keeps "
-            f"the epochs from {pruner.first_annealed(train_cfg.epochs)} of {train_cfg.epochs} whole"
-        )
-    return pruner
+    return build_diet(cfg, table, data, events, train_cfg)

@@ -65,12 +65,13 @@ from models.flops import flops_per_example
 from models.schedule import named_schedule, validate_schedule
 from models.spec import ArchSpec, resolve_spec
 from pipeline import evaluate, score_difficulty, train_dynamic, train_static
+from pipeline.curriculum.diet import growth_boundaries
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
 from pipeline.difficulty.scorers import MODEL_SCORERS, parse_scorers
 from pipeline.loop import seed_everything
-from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig, growth_boundaries
+from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
 from pipeline.training.config import TrainConfig

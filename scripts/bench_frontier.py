@@ -14,7 +14,10 @@ more training. This trains, per seed and side by side (arms in a random order pe
 - ``dynamic-same-time``: train_dynamic given the same seed's static-12 run's training seconds
   (``--budget run:ID:s``): the comparison at equal wall-clock, on this machine.
 
-``--dynamic-fractions`` gives the dynamic arm its own budgets; ``--lever`` names a set of options
+``--reuse a.json,b.json`` takes the runs of earlier outputs as they are and trains only the
+missing arms, so one frontier can be trained in parts (two processes with one thread each) and
+joined: with nothing missing, only the summary and the plot are written. ``--dynamic-fractions``
+gives the dynamic arm its own budgets; ``--lever`` names a set of options
 from ``scripts/bench_levers.py`` (a recipe for both arms, curriculum and growth options for the
 dynamic one), chosen there on the tuning seeds.
 
@@ -86,21 +89,24 @@ def run_one(call) -> dict:
     }
 
 
-def reused_runs(path: str, lever: str, subset: int) -> dict[tuple, dict]:
-    """(seed, arm, fraction) -> the row of a previous frontier.json, evaluated there already."""
-    if not path:
-        return {}
-    earlier = json.loads(Path(path).read_text())
-    if earlier["lever"]["name"] != lever or earlier["subset"] != subset:
-        raise click.UsageError(
-            f"--reuse {path}: lever {earlier['lever']['name']}, subset {earlier['subset']}; "
-            f"this run has lever {lever}, subset {subset}"
-        )
-    return {(r["seed"], r["arm"], r["fraction"]): r for r in earlier["runs"]}
-
-
-def previous_accuracy(path: str) -> str:
-    return json.loads(Path(path).read_text())["accuracy"]
+def reused_runs(paths: str, lever: str, subset: int) -> tuple[dict[tuple, dict], list[dict]]:
+    """(seed, arm, fraction) -> the row of earlier frontier.json files (comma-separated), each
+    evaluated there already; and the files themselves. Two files holding one cell is an error."""
+    rows, files = {}, []
+    for path in filter(None, paths.split(",")):
+        earlier = json.loads(Path(path).read_text())
+        if earlier["lever"]["name"] != lever or earlier["subset"] != subset:
+            raise click.UsageError(
+                f"--reuse {path}: lever {earlier['lever']['name']}, subset {earlier['subset']}; "
+                f"this run has lever {lever}, subset {subset}"
+            )
+        for r in earlier["runs"]:
+            key = (r["seed"], r["arm"], r["fraction"])
+            if key in rows and rows[key]["run_id"] != r["run_id"]:
+                raise click.UsageError(f"--reuse: seed {key[0]} {key[1]} at {key[2]:g} is in two files")
+            rows[key] = r
+        files.append(earlier)
+    return rows, files
 
 
 def first_match(times: list[float], accs: list[float], target: float) -> float:
@@ -173,8 +179,9 @@ def plot(frontier: dict, reference: dict, path: Path, title: str) -> None:
 @click.option(
     "--reuse",
     default="",
-    help="a previous frontier.json (same lever, data and tracking store): its runs are taken as "
-    "they are and only the missing arms train",
+    help="previous frontier.json files, comma-separated (same lever and data): their runs are "
+    "taken as they are and only the missing arms train; with none missing, only the summary "
+    "and plot are rewritten",
 )
 def main(
     seeds: str,
@@ -206,13 +213,17 @@ def main(
     dynamic_shares = [] if text == "none" else [float(f) for f in text.split(",")]
     if 1.0 not in shares:
         raise click.UsageError(f"--fractions {fractions}: include 1 (static-12, the reference)")
-    previous = reused_runs(reuse, lever, subset)
-    warm_up(data, [resolve_spec("minimal", data.input_shape, data.num_classes), final])
-    scores_run, scoring = scores_with_cost(data_cfg, data, scores_run)
-    quiet = RunConfig(progress=False)
-    static_cfg = train_static.StaticConfig(spec=final.to_json())
+    previous, reused_files = reused_runs(reuse, lever, subset)
     arms = [("static", f) for f in shares] + [("dynamic", f) for f in dynamic_shares]
     arms += [("dynamic-12ep", 1.0)] + ([("dynamic-same-time", 1.0)] if same_time else [])
+    to_train = [(seed, *arm) for seed in seed_list for arm in arms if (seed, *arm) not in previous]
+    if to_train:
+        warm_up(data, [resolve_spec("minimal", data.input_shape, data.num_classes), final])
+        scores_run, scoring = scores_with_cost(data_cfg, data, scores_run)
+    else:  # a summary of earlier files: the scoring they charged is the one to report
+        scoring = reused_files[0]["score_difficulty"]
+    quiet = RunConfig(progress=False)
+    static_cfg = train_static.StaticConfig(spec=final.to_json())
     runs = []
     for seed in seed_list:
         order = list(arms)
@@ -256,14 +267,14 @@ def main(
             runs.append(row)
             print(json.dumps(row), flush=True)
     trained = [r for r in runs if "test_acc" not in r]
-    if not trained:
-        raise click.UsageError(f"--reuse {reuse} already holds every arm asked for: nothing to train")
-    evaluate_run = evaluate.run(evaluate.EvaluateConfig(runs=",".join(r["run_id"] for r in trained)))
-    client = mlflow.MlflowClient()
-    for row in trained:
-        row["test_acc"] = client.get_run(row["run_id"]).data.metrics["test/acc"]
-    if previous:
-        evaluate_run += f"; reused runs: {previous_accuracy(reuse)}"
+    accuracy = []
+    if trained:
+        evaluate_run = evaluate.run(evaluate.EvaluateConfig(runs=",".join(r["run_id"] for r in trained)))
+        client = mlflow.MlflowClient()
+        for row in trained:
+            row["test_acc"] = client.get_run(row["run_id"]).data.metrics["test/acc"]
+        accuracy.append(f"test split through evaluate (run {evaluate_run})")
+    accuracy += [f["accuracy"] for f in reused_files]
 
     def cell(arm: str, share: float) -> list[dict]:
         return sorted(
@@ -327,10 +338,10 @@ def main(
         "seeds_that_chose_the_defaults": list(TUNING_SEEDS),
         "device": str(pick_device("auto")),
         "platform": platform.platform(),
-        "machine": machine(),
+        "machine": machine() if trained else reused_files[0]["machine"],
         "subset": subset,
         "static_12_flops": static_12,
-        "accuracy": f"test split through evaluate (run {evaluate_run})",
+        "accuracy": "; reused: ".join(accuracy),
         "clock": "time/cumulative_s: epoch loop with validation passes; not MLflow logging or checkpoints",
         "score_difficulty": scoring,
         "score_difficulty_amortised_per_dynamic_run": {

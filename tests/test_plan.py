@@ -7,9 +7,10 @@ import torch
 from models.builder import build_model
 from models.schedule import parse_schedule, validate_schedule
 from models.spec import resolve_spec
-from pipeline.curriculum import Curriculum
+from pipeline.curriculum.diet import growth_boundaries
+from pipeline.curriculum.strategies import make_curriculum
 from pipeline.loop import seed_everything
-from pipeline.plan import ExperimentPlan, GrowthConfig, growth_boundaries
+from pipeline.plan import ExperimentPlan, GrowthConfig
 from pipeline.pruning import LossPruner
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
@@ -30,9 +31,10 @@ def _fresh(data):
 
 
 def _curriculum(data):
-    difficulty = torch.linspace(0, 1, len(data.train))
-    tiers = torch.div(torch.arange(len(data.train)) * 3, len(data.train), rounding_mode="floor")
-    return Curriculum(difficulty, tiers, pacing="tiers", boundaries=[1, 2])
+    n = len(data.train)
+    difficulty = torch.linspace(0, 1, n)
+    tiers = torch.div(torch.arange(n) * 3, n, rounding_mode="floor")
+    return make_curriculum(difficulty, tiers, epochs=CFG.epochs, n=n, pacing="tiers", boundaries=[1, 2])
 
 
 def test_growth_during_fit_reaches_the_final_spec_with_every_parameter_optimised(small_data):

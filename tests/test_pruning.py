@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from pipeline.curriculum import Curriculum
+from pipeline.curriculum.diet import make_pruner
+from pipeline.curriculum.strategies import make_curriculum
 from pipeline.plan import CurriculumConfig
 from pipeline.pruning import LossPruner, PruningError
-from pipeline.session import make_pruner
 from pipeline.training.config import TrainConfig
 
 N = 1000
@@ -107,10 +107,12 @@ def test_bad_pruning_options_are_refused(kwargs, message):
         LossPruner(N, **kwargs)
 
 
-def _tiers_curriculum(boundaries):
+def _tiers_curriculum(boundaries, pacing="tiers", rejoin=0.0):
     difficulty = torch.linspace(0, 1, N)
     tiers = torch.div(torch.arange(N) * 3, N, rounding_mode="floor")
-    return Curriculum(difficulty, tiers, pacing="tiers", boundaries=boundaries)
+    return make_curriculum(
+        difficulty, tiers, epochs=12, n=N, pacing=pacing, boundaries=boundaries, rejoin=rejoin
+    )
 
 
 def test_pruning_starts_when_the_easy_examples_retire_unless_told_otherwise():
@@ -132,3 +134,12 @@ def test_a_pruning_that_would_never_prune_is_refused_unless_it_was_left_automati
         make_pruner(CurriculumConfig(prune=0.3, prune_from=-1), train, None, N)
     # Easy examples retiring in the annealing tail: nothing is left to prune, so no pruner.
     assert make_pruner(CurriculumConfig(prune=0.3), train, _tiers_curriculum([3, 6, 11]), N) is None
+
+
+def test_pruning_stops_where_the_retired_easy_examples_rejoin():
+    train, cfg = TrainConfig(epochs=12), CurriculumConfig(prune=0.3, rejoin=0.25)
+    tiers = make_pruner(cfg, train, _tiers_curriculum([1, 2, 3], rejoin=0.25), N)
+    assert (tiers.start, tiers.anneal, tiers.first_annealed(12)) == (3, 0.25, 9)
+    # A pacing function retires nothing, so nothing rejoins: pruning keeps its own tail.
+    paced = make_pruner(cfg, train, _tiers_curriculum([1, 2, 3], pacing="linear", rejoin=0.25), N)
+    assert (paced.start, paced.anneal) == (1, 0.125)

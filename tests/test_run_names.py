@@ -6,7 +6,7 @@ from __future__ import annotations
 import mlflow
 import pytest
 
-from pipeline.plan import curriculum_label
+from pipeline.curriculum.diet import curriculum_label
 from pipeline.tracking.params import LONG_PARAM, flat_params, shown_param
 from pipeline.tracking.runs import DEFAULT_EXPERIMENT, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, tracked_run
 
@@ -77,7 +77,7 @@ def test_help_keeps_each_usage_example_on_its_own_line(module):
 
 
 def test_a_run_name_leaves_out_the_pruning_that_goes_with_its_pacing():
-    from pipeline.plan import name_label
+    from pipeline.curriculum.diet import name_label
     from pipeline.session import default_run_name
 
     tiers = {"seed": "2", "pacing": "tiers", "prune": "0.3"}

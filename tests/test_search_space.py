@@ -16,7 +16,7 @@ from models.growth import grow
 from models.layers import LAYER_TYPES, LAYERS
 from models.schedule import GrowthError, GrowthEvent, parse_schedule
 from models.spec import resolve_spec
-from pipeline.curriculum import CURRICULUM_PACINGS
+from pipeline.curriculum.strategies import CURRICULUM_PACINGS
 from pipeline.training.config import ConfigError
 from pipeline.tune import search_space
 

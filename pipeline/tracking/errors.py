@@ -36,7 +36,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from models.io import ModelFileError
     from models.schedule import GrowthError
     from models.spec import SpecError
-    from pipeline.curriculum import CurriculumError
+    from pipeline.curriculum.checks import CurriculumError
     from pipeline.data.config import DataError
     from pipeline.loop import DeviceError, DivergenceError
     from pipeline.precision import PrecisionError

@@ -22,12 +22,13 @@ from optuna.trial import TrialState
 from models.schedule import GrowthError, validate_schedule
 from models.spec import resolve_spec
 from pipeline.budget import scale_epoch
-from pipeline.curriculum import CurriculumError
+from pipeline.curriculum.checks import CurriculumError
+from pipeline.curriculum.diet import curriculum_pruning
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.logged_model import log_classifier
 from pipeline.loop import DivergenceError, pick_device, seed_everything
-from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig, curriculum_pruning
+from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
 from pipeline.pruning import PruningError
 from pipeline.run_length import resolve_run_length
 from pipeline.session import prepare_curriculum
