@@ -40,7 +40,7 @@ class SpecNetClassifier(mlflow.pyfunc.PythonModel):
             raise ValueError(
                 f"images of shape {tuple(x.shape[1:])}; this model takes {self.input_shape} (C, H, W)"
             )
-        x = (x.float() / 255.0 - self.mean) / self.std  # as pipeline.data normalises
+        x = (x.float() / 255.0 - self.mean) / self.std  # as pipeline.data.splits normalises
         with torch.no_grad():
             logits, _ = self.model.adaptive(x)  # the full forward where there are no exits
             return torch.softmax(logits, dim=1).numpy()  # (N, classes)

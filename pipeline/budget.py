@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from pipeline.training import ConfigError
+from pipeline.training.config import ConfigError
 
 UNITS = {"ep": "epochs", "epoch": "epochs", "epochs": "epochs", "flops": "flops", "s": "seconds"}
 UNITS.update({"sec": "seconds", "seconds": "seconds", "flop": "flops"})

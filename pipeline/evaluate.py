@@ -37,14 +37,19 @@ from models.io import load_model
 from pipeline import exits, plots, report
 from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.codec import flat_params, from_params
-from pipeline.data import Data, DataConfig, Split, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.dataset import Data, Split
+from pipeline.data.splits import load_data
+from pipeline.difficulty.scores_table import load_scores
+from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.logged_model import MODEL_ID_TAG
 from pipeline.loop import evaluate_split, pick_device
 from pipeline.precision import autocast, resolve_precision
-from pipeline.scores import load_scores
 from pipeline.session import MODEL_ARTIFACT_DIR, MODEL_FILE, find_scores_run
-from pipeline.tracking import GuardedCommand, UpstreamError, main_guard, scratch_dir, tracked_run
-from pipeline.training import TIER_NAMES
+from pipeline.tracking.artifacts import scratch_dir
+from pipeline.tracking.errors import UpstreamError
+from pipeline.tracking.guard import GuardedCommand, main_guard
+from pipeline.tracking.runs import tracked_run
 
 ENTRY_POINT = "evaluate"
 TRAINING_ENTRY_POINTS = ("train_static", "train_dynamic")

@@ -21,7 +21,7 @@ from mlflow.types import Schema, TensorSpec
 
 from models.builder import SpecNet
 from models.io import PREPROCESS, WEIGHTS, save_model
-from pipeline.data import Data
+from pipeline.data.dataset import Data
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_ID_TAG = "logged_model_id"  # on a training run: its MLflow Model (models:/<id>)

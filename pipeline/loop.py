@@ -17,7 +17,8 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from pipeline.data import Split, augment_batch
+from pipeline.data.augment import augment_batch
+from pipeline.data.dataset import Split
 from pipeline.exits import deep_supervision_loss
 from pipeline.precision import autocast
 

@@ -26,22 +26,18 @@ from models.spec import resolve_spec
 from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.codec import default_params, flat_params, same_param
 from pipeline.curriculum.diet import curriculum_pruning, growth_boundaries, name_label
-from pipeline.data import Data, DataConfig, check_noise, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.dataset import Data
+from pipeline.data.label_noise import check_noise
+from pipeline.data.splits import load_data
 from pipeline.logged_model import register_champion
 from pipeline.precision import PRECISIONS
 from pipeline.run_length import static_training_flops
-from pipeline.tracking import (
-    GuardedCommand,
-    Terminated,
-    UpstreamError,
-    code_version,
-    main_guard,
-    scratch_dir,
-    shown_param,
-    tracked_run,
-    unique_run_name,
-    wait_closed,
-)
+from pipeline.tracking.artifacts import scratch_dir
+from pipeline.tracking.errors import Terminated, UpstreamError
+from pipeline.tracking.guard import GuardedCommand, main_guard
+from pipeline.tracking.params import shown_param
+from pipeline.tracking.runs import code_version, tracked_run, unique_run_name, wait_closed
 
 ENTRY_POINT = "main"
 REPO = Path(__file__).resolve().parents[1]

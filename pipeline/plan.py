@@ -18,10 +18,11 @@ from models.schedule import GrowthError, GrowthEvent, final_spec, schedule_to_js
 from pipeline.cli import opt
 from pipeline.curriculum.base import Curriculum
 from pipeline.curriculum.checks import CurriculumError
-from pipeline.data import Data
+from pipeline.data.dataset import Data
 from pipeline.precision import autocast
 from pipeline.pruning import LossPruner
-from pipeline.training import TrainConfig, TrainingPlan, rebuild_optimizer
+from pipeline.training.config import TrainConfig, rebuild_optimizer
+from pipeline.training.epoch_loop import TrainingPlan
 
 PRUNE_HELP = (
     "loss-aware pruning (InfoBatch): share of the well-learned examples (loss below the mean) "

@@ -31,10 +31,10 @@ from pipeline.budget import (
     parse_budget,
     scale_epoch,
 )
-from pipeline.data import Data
+from pipeline.data.dataset import Data
 from pipeline.loop import pick_device, place_model
 from pipeline.plan import CurriculumConfig
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 
 
 @dataclass

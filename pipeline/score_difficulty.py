@@ -9,11 +9,11 @@ folds and one small, briefly trained model per fold learns from the others and s
 own; validation and test examples get the mean over all fold models. So no score comes from
 a model that trained on the example, and no model trains on validation or test data. Tiers are
 quantiles of the --tier-scorer on the training split, per class by default; the cut points
-are applied to validation and test. See pipeline/scoring.py for the scorers.
+are applied to validation and test. See pipeline/difficulty/scorers.py for the scorers.
 
-Logs ``scores/scores.parquet`` (read it with ``pipeline.scores.load_scores``), the cut points,
-the fold assignment, tier-by-class counts, histograms and the easiest and hardest examples,
-and ``stability/spearman_*`` metrics.
+Logs ``scores/scores.parquet`` (read it with ``pipeline.difficulty.scores_table.load_scores``),
+the cut points, the fold assignment, tier-by-class counts, histograms and the easiest and
+hardest examples, and ``stability/spearman_*`` metrics.
 
 Evidence (full Fashion-MNIST, 2 shared CPU cores, defaults): 58-285 s in-run depending on the
 machine's other load, against 257-276 s per epoch (~53 min for 12 epochs) of a default
@@ -33,40 +33,39 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import click
-import matplotlib
 import mlflow
 import numpy as np
 import pandas as pd
 import torch
 
 from models.spec import ArchSpec, resolve_spec
-from pipeline import scores as scores_table
-from pipeline import scoring
 from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.codec import flat_params
-from pipeline.data import Data, DataConfig, RawData, load_data, load_raw
+from pipeline.data.config import DataConfig
+from pipeline.data.dataset import Data
+from pipeline.data.sources import RawData, load_raw
+from pipeline.data.splits import load_data
+from pipeline.difficulty import scores_table
+from pipeline.difficulty.cross_fit import cross_fit
+from pipeline.difficulty.figures import extremes_figure, histogram_figure, tier_count_figure
+from pipeline.difficulty.folds import CrossFitLedger, fold_table
+from pipeline.difficulty.scorers import INPUT_SCORERS, MODEL_SCORERS, SCORERS, parse_scorers
+from pipeline.difficulty.scores_table import tier_counts, tier_metrics
+from pipeline.difficulty.stability import stability_metrics
+from pipeline.difficulty.tiers import TIER_NAMES, TierCuts, apply_tiers, fit_tiers, parse_fractions
 from pipeline.loop import pick_device
 from pipeline.stats import roc_auc
-from pipeline.tracking import (
-    GuardedCommand,
-    current_run_name,
-    log_dataset,
-    log_json,
-    main_guard,
-    scratch_dir,
-    tracked_run,
-)
-from pipeline.training import TIER_NAMES, ConfigError, TrainConfig
-
-matplotlib.use("Agg")  # figures are files only, as in pipeline/plots.py
-import matplotlib.pyplot as plt
+from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
+from pipeline.tracking.guard import GuardedCommand, main_guard
+from pipeline.tracking.runs import current_run_name, tracked_run
+from pipeline.training.config import ConfigError, TrainConfig
 
 ENTRY_POINT = "score_difficulty"
 
 
 @dataclass(frozen=True)
 class ScoreConfig:
-    scorers: str = opt("loss,el2n,input", f"comma-separated scorers ({', '.join(scoring.SCORERS)})")
+    scorers: str = opt("loss,el2n,input", f"comma-separated scorers ({', '.join(SCORERS)})")
     tier_scorer: str = opt("loss", "the scorer whose quantiles make the tiers")
     tier_fractions: str = opt("0.333,0.333,0.334", "shares of the easy, medium and hard tiers; sum to 1")
     per_class: bool = opt(True, "cut tiers within each class, so every tier holds every class in proportion")
@@ -86,10 +85,10 @@ class ScoreConfig:
     progress: bool = opt(False, "show a progress bar per epoch of each fold model")
 
     def scorer_names(self) -> tuple[str, ...]:
-        return scoring.parse_scorers(self.scorers)
+        return parse_scorers(self.scorers)
 
     def fractions(self) -> tuple[float, float, float]:
-        return scoring.parse_fractions(self.tier_fractions)
+        return parse_fractions(self.tier_fractions)
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(
@@ -145,8 +144,8 @@ class Scored:
 
     values: dict[str, dict[str, torch.Tensor]]  # split -> scorer -> (N,)
     tiers: dict[str, torch.Tensor]  # split -> (N,) tier ids
-    cuts: scoring.TierCuts
-    ledger: scoring.CrossFitLedger | None  # None when no scorer needs a model
+    cuts: TierCuts
+    ledger: CrossFitLedger | None  # None when no scorer needs a model
     metrics: dict[str, float]
 
 
@@ -157,8 +156,8 @@ def score_and_tier(data: Data, raw: RawData, spec: ArchSpec, cfg: ScoreConfig, o
     values: dict[str, dict[str, torch.Tensor]] = {name: {} for name in splits}
     metrics: dict[str, float] = {}
     ledger = None
-    if any(s in scoring.MODEL_SCORERS for s in names):
-        result = scoring.cross_fit(
+    if any(s in MODEL_SCORERS for s in names):
+        result = cross_fit(
             data,
             spec,
             cfg.train_config(),
@@ -177,17 +176,17 @@ def score_and_tier(data: Data, raw: RawData, spec: ArchSpec, cfg: ScoreConfig, o
             metrics[f"cv/{key.split('/', 1)[1]}_mean"] = float(np.mean(values_of_key))
     for name, split in splits.items():
         for scorer in names:
-            if scorer in scoring.MODEL_SCORERS:
+            if scorer in MODEL_SCORERS:
                 values[name][scorer] = ledger.combined(name, scorer)
             else:
-                values[name][scorer] = scoring.INPUT_SCORERS[scorer](raw_images(raw, name, split.index))
+                values[name][scorer] = INPUT_SCORERS[scorer](raw_images(raw, name, split.index))
     by = cfg.tier_scorer
-    train_tiers, cuts = scoring.fit_tiers(
+    train_tiers, cuts = fit_tiers(
         values["train"][by], data.train.y, data.train.index, by, cfg.fractions(), cfg.per_class
     )
     tiers = {"train": train_tiers}
     for name in ("val", "test"):
-        tiers[name] = scoring.apply_tiers(values[name][by], splits[name].y, cuts)
+        tiers[name] = apply_tiers(values[name][by], splits[name].y, cuts)
     metrics.update(stability_metrics(values["train"], ledger, cfg.repeats))
     return Scored(values, tiers, cuts, ledger, metrics)
 
@@ -262,43 +261,7 @@ def log_outputs(table: pd.DataFrame, meta: dict, scored: Scored, data: Data, raw
             mlflow.log_artifact(str(file), "scores")
 
 
-# --- summaries ---------------------------------------------------------------------------
-
-
-def stability_metrics(
-    train_scores: dict[str, torch.Tensor], ledger: scoring.CrossFitLedger | None, repeats: int
-) -> dict[str, float]:
-    """Spearman rank correlations: fold models on the validation split, repeats on the
-    training split (out-of-fold), and scorers against each other on the training split."""
-    out = {}
-    if ledger is not None:
-        for scorer in ledger.scorers:
-            out[f"stability/spearman_{scorer}_folds"] = scoring.mean_pairwise_spearman(
-                ledger.per_model("val", scorer)
-            )
-            if repeats > 1:
-                out[f"stability/spearman_{scorer}_repeats"] = scoring.mean_pairwise_spearman(
-                    ledger.per_repeat("train", scorer)
-                )
-    names = list(train_scores)
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            out[f"stability/spearman_{a}_vs_{b}"] = scoring.spearman(train_scores[a], train_scores[b])
-    return out
-
-
-def tier_metrics(table: pd.DataFrame, tier_scorer: str) -> dict[str, float]:
-    """Each tier's share of each split and its mean tier score."""
-    out = {}
-    column = scores_table.score_column(tier_scorer)
-    for name, part in table.groupby("split"):
-        for tier_id, tier in enumerate(TIER_NAMES):
-            rows = part[part["tier_id"] == tier_id]
-            out[f"tiers/{name}_share_{tier}"] = len(rows) / max(len(part), 1)
-            if len(rows):
-                out[f"tiers/{name}_{tier_scorer}_{tier}"] = float(rows[column].mean())
-    return out
-
+# --- label noise: do the scores find the flipped labels? ----------------------------------
 
 NOISE_REPORT = "scores/label_noise.md"
 NOISE_SPLITS = ("train", "val")
@@ -359,142 +322,6 @@ def noise_report(metrics: dict[str, float], scorers: tuple[str, ...], data: Data
             cells += [f"{metrics[f'noise/{s}_flipped_in_{tier}']:.1%}", f"{of_tier:.1%}"]
         lines.append(f"| {tier} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def tier_counts(table: pd.DataFrame, classes: list[str]) -> pd.DataFrame:
-    """Examples per (split, class) and tier."""
-    counts = table.groupby(["split", "label", "tier_id"]).size().unstack("tier_id", fill_value=0)
-    counts = counts.reindex(columns=range(len(TIER_NAMES)), fill_value=0)
-    counts.columns = list(TIER_NAMES)
-    counts = counts.reset_index()
-    counts.insert(2, "class", [classes[i] for i in counts["label"]])
-    return counts.set_index(["split", "label", "class"])
-
-
-def fold_table(ledger: scoring.CrossFitLedger, data: Data, path: Path) -> Path:
-    """Which stable training index each fold model held out (and scored)."""
-    rows = [
-        pd.DataFrame(
-            {
-                "repeat": f.repeat,
-                "fold": f.fold,
-                "seed": f.seed,
-                "held_out_index": data.train.index[f.held_out].numpy(),
-            }
-        )
-        for f in ledger.folds
-    ]
-    pd.concat(rows, ignore_index=True).to_parquet(path, index=False)
-    return path
-
-
-# --- figures -----------------------------------------------------------------------------
-
-
-# What each score measures, for the histograms' x axes.
-SCORE_AXIS = {
-    "loss": "cross-fitted loss (nats; higher: harder)",
-    "el2n": "EL2N: L2 norm of the error vector (higher: harder)",
-    "input": "input complexity (bytes after zlib compression)",
-}
-
-
-def histogram_figure(
-    table: pd.DataFrame,
-    names: tuple[str, ...],
-    cuts: scoring.TierCuts,
-    classes: list[str],
-    path: Path,
-    title: str = "difficulty scores",
-) -> Path:
-    """Training-split histograms: one panel per scorer, then the tier scorer per class with
-    its cut points."""
-    train = table[table["split"] == "train"]
-    groups = sorted(cuts.cuts)
-    n_panels = len(names) + len(groups)
-    cols = 5
-    rows = math.ceil(n_panels / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
-    axes = axes.flatten()
-    for ax, scorer in zip(axes, names):
-        ax.hist(train[scores_table.score_column(scorer)], bins=60, color="steelblue", histtype="stepfilled")
-        if scorer == cuts.scorer and not cuts.per_class:
-            for c in cuts.cuts[-1]:
-                ax.axvline(c, color="crimson", linestyle="--", linewidth=1)
-        ax.set_title(f"{scorer} (train)", fontsize=9)
-        ax.set_xlabel(SCORE_AXIS.get(scorer, f"{scorer} score"), fontsize=7)
-        ax.set_ylabel("training examples" + (" (log)" if scorer in ("loss", "el2n") else ""), fontsize=7)
-        if scorer in ("loss", "el2n"):
-            ax.set_yscale("log")
-    column = scores_table.score_column(cuts.scorer)
-    for ax, group in zip(axes[len(names) :], groups):
-        part = train if group == -1 else train[train["label"] == group]
-        ax.hist(part[column], bins=40, color="grey", histtype="stepfilled")
-        for c in cuts.cuts[group]:
-            if math.isfinite(c):
-                ax.axvline(c, color="crimson", linestyle="--", linewidth=1)
-        ax.set_title(f"{cuts.scorer}: {'all' if group == -1 else classes[group]}", fontsize=9)
-        ax.set_xlabel(SCORE_AXIS.get(cuts.scorer, f"{cuts.scorer} score"), fontsize=7)
-        ax.set_ylabel("training examples (log)", fontsize=7)
-        ax.set_yscale("log")
-    for ax in axes[n_panels:]:
-        ax.axis("off")
-    fig.suptitle(f"{title}; training split; dashed: tier cut points", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def extremes_figure(
-    table: pd.DataFrame, scorer: str, raw: RawData, classes: list[str], path: Path, per_side: int = 8
-) -> Path:
-    """Per class, the ``per_side`` easiest (left) and hardest (right) training examples, as one
-    mosaic image (one axes: fast to draw), each tile labelled with its score."""
-    train = table[table["split"] == "train"]
-    column = scores_table.score_column(scorer)
-    c, h, w = raw.train_x.shape[1:]
-    gap, label_h = 2, 9  # pixels between tiles; room under each tile for its score
-    cols = 2 * per_side
-    mosaic = np.full(((h + label_h) * len(classes), (w + gap) * cols + 3 * gap, c), 255, dtype=np.uint8)
-    fig, ax = plt.subplots(figsize=(cols * 0.75 + 1.5, len(classes) * 0.9 + 0.6))
-    for label in range(len(classes)):
-        part = train[train["label"] == label].sort_values([column, "index"])
-        picks = [*part.head(per_side).itertuples(), *part.tail(per_side).itertuples()]
-        for col, row in enumerate(picks[:cols]):
-            y0 = label * (h + label_h)
-            x0 = col * (w + gap) + (3 * gap if col >= per_side else 0)  # a wider gap between sides
-            mosaic[y0 : y0 + h, x0 : x0 + w] = raw.train_x[int(row.index)].permute(1, 2, 0).numpy()
-            score = getattr(row, column)
-            ax.text(x0 + w / 2, y0 + h + 0.5, f"{score:.2g}", fontsize=5, ha="center", va="top")
-    ax.imshow(mosaic.squeeze(-1) if c == 1 else mosaic, cmap="gray", interpolation="nearest")
-    ax.set_yticks([i * (h + label_h) + h / 2 for i in range(len(classes))], classes, fontsize=7)
-    ax.set_xticks([])
-    ax.set_title(f"easiest (left) and hardest (right) training examples by {scorer}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def tier_count_figure(counts: pd.DataFrame, path: Path) -> Path:
-    """The tier-by-class count table of each split as an annotated heat map."""
-    split_names = [s for s in scores_table.SPLITS if s in counts.index.get_level_values("split")]
-    fig, axes = plt.subplots(1, len(split_names), figsize=(3.6 * len(split_names), 4.0), squeeze=False)
-    for ax, name in zip(axes[0], split_names):
-        part = counts.loc[name]
-        matrix = part.to_numpy()
-        shares = matrix / matrix.sum(1, keepdims=True).clip(min=1)  # (classes, tiers)
-        ax.imshow(shares, cmap="Blues", vmin=0, vmax=1, aspect="auto")
-        for (r, c), value in np.ndenumerate(matrix):
-            ax.text(c, r, str(value), ha="center", va="center", fontsize=7)
-        ax.set_xticks(range(len(TIER_NAMES)), TIER_NAMES, fontsize=7)
-        ax.set_yticks(range(len(part)), part.index.get_level_values("class"), fontsize=7)
-        ax.set_title(f"{name}: examples per class and tier", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
 
 
 @click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)

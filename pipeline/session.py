@@ -29,35 +29,23 @@ from pipeline import exits, plots
 from pipeline.cli import opt, option_name
 from pipeline.codec import same_param
 from pipeline.curriculum.diet import CurriculumSetup, build_diet, curriculum_pruning, needs_scores
-from pipeline.data import Data
+from pipeline.data.dataset import Data
+from pipeline.difficulty.scores_table import load_scores
+from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.exits import ExitConfig
 from pipeline.logged_model import log_classifier
 from pipeline.loop import pick_device, seed_everything
 from pipeline.plan import CurriculumConfig
-from pipeline.scores import load_scores
-from pipeline.tracking import (
-    HOST_TAG,
-    PID_TAG,
-    UpstreamError,
-    current_run_name,
-    log_dataset,
-    log_json,
-    owned_elsewhere,
-    resume_lock,
-    scratch_dir,
-    shown_param,
-    tracked_run,
-)
-from pipeline.training import (
-    TIER_NAMES,
-    FitState,
-    TrainConfig,
-    TrainingPlan,
-    fit,
-    load_checkpoint,
-    new_state,
-    save_checkpoint,
-)
+from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
+from pipeline.tracking.errors import UpstreamError
+from pipeline.tracking.params import shown_param
+from pipeline.tracking.processes import HOST_TAG, PID_TAG, owned_elsewhere
+from pipeline.tracking.resume_lock import resume_lock
+from pipeline.tracking.runs import current_run_name, tracked_run
+from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
+from pipeline.training.config import TrainConfig
+from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.state import FitState, new_state
 
 CHECKPOINT_ARTIFACT = "checkpoints/last.pt"
 MODEL_ARTIFACT_DIR = "model"

@@ -64,14 +64,19 @@ from models.builder import build_model
 from models.flops import flops_per_example
 from models.schedule import named_schedule, validate_schedule
 from models.spec import ArchSpec, resolve_spec
-from pipeline import evaluate, score_difficulty, scoring, train_dynamic, train_static
+from pipeline import evaluate, score_difficulty, train_dynamic, train_static
 from pipeline.curriculum.diet import growth_boundaries
-from pipeline.data import Data, DataConfig, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.dataset import Data
+from pipeline.data.splits import load_data
+from pipeline.difficulty.scorers import MODEL_SCORERS, parse_scorers
 from pipeline.loop import seed_everything
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
-from pipeline.training import TrainConfig, TrainingPlan, fit, new_state
+from pipeline.training.config import TrainConfig
+from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.state import new_state
 
 TUNING_SEEDS = (0, 1, 2)  # the seeds the defaults were chosen on (validation split)
 REPORT_SEEDS = "100,101,102,103,104"
@@ -124,11 +129,11 @@ def scoring_cost(scores_run: str, data: Data, measured_s: float | None) -> dict:
     n_train, n_val = len(data.train), len(data.val)
     n_test = int(params.get("data_size_test", 0))
     models = folds * repeats
-    names = scoring.parse_scorers(params["scorers"])
+    names = parse_scorers(params["scorers"])
     snapshots = {
-        None if (a := scoring.MODEL_SCORERS[s].after_epochs) is None or a >= epochs else a
+        None if (a := MODEL_SCORERS[s].after_epochs) is None or a >= epochs else a
         for s in names
-        if s in scoring.MODEL_SCORERS
+        if s in MODEL_SCORERS
     }
     train_flops = flops["train"] * epochs * repeats * (folds - 1) * n_train
     forward_examples = models * epochs * n_val + repeats * len(snapshots) * (

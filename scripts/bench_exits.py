@@ -54,13 +54,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run
 from models.flops import flops_per_example
 from models.io import load_model
 from pipeline import evaluate, exits, score_difficulty, train_dynamic, train_static
-from pipeline.data import DataConfig, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.splits import load_data
+from pipeline.difficulty.scores_table import load_scores
+from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.exits import ExitConfig
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
-from pipeline.scores import load_scores
 from pipeline.session import RunConfig, find_scores_run
 from pipeline.stats import paired_test, summary
-from pipeline.training import TIER_NAMES, TrainConfig
+from pipeline.training.config import TrainConfig
 
 TUNING_SEEDS = (0, 1, 2)
 ARMS = ("dynamic+exits", "dynamic", "static+exits", "static")

@@ -60,13 +60,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run
 
 from models.spec import resolve_spec
 from pipeline import evaluate, train_dynamic, train_static
-from pipeline.data import DataConfig, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.splits import load_data
 from pipeline.loop import pick_device
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
 from pipeline.run_length import static_training_flops
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 from scripts.bench_dynamic import REPORT_SEEDS, TUNING_SEEDS, machine, scores_with_cost, warm_up
 from scripts.bench_levers import LEVERS
 

@@ -35,12 +35,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run
 
 from models.spec import resolve_spec
 from pipeline import train_dynamic, train_static
-from pipeline.data import DataConfig, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.splits import load_data
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
 from pipeline.run_length import static_training_flops
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 from scripts.bench_dynamic import TUNING_SEEDS, machine, scores_with_cost
 
 REFERENCE_EPOCHS = 12

@@ -26,12 +26,12 @@ import mlflow
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
 
 from pipeline import evaluate, score_difficulty, train_dynamic, train_static
-from pipeline.data import DataConfig
+from pipeline.data.config import DataConfig
 from pipeline.loop import pick_device
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 from scripts.bench_dynamic import machine
 
 

@@ -37,12 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run
 from models.builder import build_model
 from models.flops import flops_per_example
 from models.spec import resolve_spec
-from pipeline.data import DataConfig, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.splits import load_data
 from pipeline.loop import memory_format_for, seed_everything
 from pipeline.precision import DTYPES, autocast, resolve_precision
 from pipeline.session import RunConfig
 from pipeline.train_static import StaticConfig, run
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 
 CPU = torch.device("cpu")
 

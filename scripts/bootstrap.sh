@@ -24,7 +24,7 @@ if [ ! -f .venv/.pins-"$stamp" ]; then
 fi
 
 # Fashion-MNIST: Debian's package where we can install it; otherwise the pipeline downloads it
-# on first use through torchvision (pipeline/data.py checks the MD5 sums either way).
+# on first use through torchvision (pipeline/data/sources.py checks the MD5 sums either way).
 if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   echo "bootstrap: installing Debian package dataset-fashion-mnist" >&2
   { apt-get install -y -qq dataset-fashion-mnist >/dev/null 2>&1 ||

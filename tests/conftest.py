@@ -12,8 +12,10 @@ import mlflow
 import pytest
 import torch
 
-from pipeline.data import DataConfig, load_data
-from pipeline.training import fit, load_checkpoint, save_checkpoint
+from pipeline.data.config import DataConfig
+from pipeline.data.splits import load_data
+from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
+from pipeline.training.epoch_loop import fit
 
 REPO = Path(__file__).resolve().parents[1]
 

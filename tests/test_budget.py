@@ -9,12 +9,12 @@ import pytest
 from models.schedule import named_schedule
 from pipeline import train_dynamic, train_static
 from pipeline.budget import Budget, BudgetError, BudgetMeter, epochs_for, parse_budget, scale_epoch
-from pipeline.data import DataConfig
+from pipeline.data.config import DataConfig
 from pipeline.plan import DynamicCurriculumConfig, GrowthConfig
 from pipeline.run_length import scaled_schedule
 from pipeline.session import RunConfig
 from pipeline.train_static import StaticConfig
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 
 DATA = DataConfig(subset=600)
 QUIET = RunConfig(progress=False)

@@ -23,8 +23,8 @@ from pipeline.codec import (
     same_param,
     to_argv,
 )
-from pipeline.data import DataConfig
-from pipeline.training import TrainConfig
+from pipeline.data.config import DataConfig
+from pipeline.training.config import TrainConfig
 from tests.conftest import REPO
 
 ENTRY_POINTS = tuple(yaml.safe_load((REPO / "MLproject").read_text())["entry_points"])
@@ -123,7 +123,7 @@ def test_argv_spells_options_as_the_cli_does():
 
 def test_evaluate_reads_a_training_run_s_data_back(tracking):
     from pipeline.evaluate import data_config_of
-    from pipeline.tracking import UpstreamError
+    from pipeline.tracking.errors import UpstreamError
 
     with mlflow.start_run() as run:  # as `mlflow run` logged it, before label noise existed
         mlflow.log_params({"dataset": "mnist", "data_dir": "''", "val_size": "500.0", "split_seed": "1"})

@@ -11,7 +11,7 @@ import time
 import mlflow
 import pytest
 
-from pipeline.tracking import CLAIM_PREFIX, HEARTBEAT_PREFIX
+from pipeline.tracking.resume_lock import CLAIM_PREFIX, HEARTBEAT_PREFIX
 from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.slow

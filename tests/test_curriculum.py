@@ -16,7 +16,7 @@ from models.spec import resolve_spec
 from pipeline.curriculum.checks import CurriculumError
 from pipeline.curriculum.pacing import PACINGS, get_pacing
 from pipeline.curriculum.strategies import curriculum_from_dict, make_curriculum
-from pipeline.data import Data, Split
+from pipeline.data.dataset import Data, Split
 from pipeline.loop import evaluate_split
 
 N = 600

@@ -10,18 +10,11 @@ import pytest
 import torch
 from PIL import Image
 
-from pipeline.data import (
-    DEBIAN_FASHION_MNIST,
-    DataConfig,
-    DataError,
-    augment_batch,
-    load_data,
-    load_fashion_mnist,
-    load_folder,
-    load_raw,
-    read_idx,
-    stratified_sample,
-)
+from pipeline.data.augment import augment_batch
+from pipeline.data.config import DataConfig, DataError
+from pipeline.data.sampling import stratified_sample
+from pipeline.data.sources import DEBIAN_FASHION_MNIST, load_fashion_mnist, load_folder, load_raw, read_idx
+from pipeline.data.splits import load_data
 
 
 def test_splits_are_fixed_disjoint_and_stratified():

@@ -8,7 +8,8 @@ import importlib
 import mlflow
 import pytest
 
-from pipeline.tracking import FAILURE_TAG, GuardedCommand
+from pipeline.tracking.errors import FAILURE_TAG
+from pipeline.tracking.guard import GuardedCommand
 from tests.conftest import mlflow_run
 
 ENTRY_POINTS = ("main", "score_difficulty", "train_static", "train_dynamic", "evaluate", "tune")

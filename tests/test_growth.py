@@ -32,7 +32,7 @@ from models.spec import (
     layer_output_shape,
     resolve_spec,
 )
-from pipeline.training import TrainConfig, make_optimizer, rebuild_optimizer
+from pipeline.training.config import TrainConfig, make_optimizer, rebuild_optimizer
 
 FASHION = ((1, 28, 28), 10)
 

@@ -13,12 +13,16 @@ from torch import nn
 from models.builder import build_model
 from models.flops import flops_per_example
 from models.spec import ArchSpec, resolve_spec
-from pipeline import scoring
-from pipeline.data import Data, Split
+from pipeline.data.dataset import Data, Split
+from pipeline.difficulty.cross_fit import FoldPlan, cross_fit
+from pipeline.difficulty.scorers import el2n_score, logits_of, loss_score
 from pipeline.evaluate import compute_test_metrics
 from pipeline.loop import EvalResult, seed_everything, train_one_epoch
 from pipeline.pruning import LossPruner
-from pipeline.training import TrainConfig, TrainingPlan, fit, new_state, tier_accuracies
+from pipeline.training.config import TrainConfig
+from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.metrics import tier_accuracies
+from pipeline.training.state import new_state
 
 CPU = torch.device("cpu")
 
@@ -221,7 +225,7 @@ def test_each_training_examples_score_is_its_own_images_under_the_model_that_hel
     data = Data(small_data.name, small_data.classes, train, val, None, "d", "d")
     spec = resolve_spec("tiny", data.input_shape, data.num_classes)
     cfg = TrainConfig(epochs=2, batch_size=64, deterministic=True)
-    result = scoring.cross_fit(data, spec, cfg, CPU, folds=2, repeats=1, seed=5, scorers=("loss", "el2n"))
+    result = cross_fit(data, spec, cfg, CPU, folds=2, repeats=1, seed=5, scorers=("loss", "el2n"))
     ledger = result.ledger
     val_loss = []
     for i, fold in enumerate(ledger.folds):
@@ -230,19 +234,19 @@ def test_each_training_examples_score_is_its_own_images_under_the_model_that_hel
 
         def after_first_epoch(epoch, metrics, state, early=early, fold=fold):
             if epoch == 0:  # EL2N's snapshot
-                early["logits"] = scoring.logits_of(state.model, train.x[fold.held_out])
+                early["logits"] = logits_of(state.model, train.x[fold.held_out])
 
         seed_everything(fold.seed, True)
         state = fit(
-            new_state(spec, fold_cfg, CPU), data, fold_cfg, scoring.FoldPlan(fold), on_epoch=after_first_epoch
+            new_state(spec, fold_cfg, CPU), data, fold_cfg, FoldPlan(fold), on_epoch=after_first_epoch
         )
         held_y = train.y[fold.held_out]
-        loss = scoring.loss_score(scoring.logits_of(state.model, train.x[fold.held_out]), held_y)
-        el2n = scoring.el2n_score(early["logits"], held_y)
+        loss = loss_score(logits_of(state.model, train.x[fold.held_out]), held_y)
+        el2n = el2n_score(early["logits"], held_y)
         recorded = ledger.per_model("train", "loss")[i, fold.held_out]
         assert torch.allclose(recorded, loss, atol=1e-5), fold.name
         assert torch.allclose(ledger.per_model("train", "el2n")[i, fold.held_out], el2n, atol=1e-5)
-        val_loss.append(scoring.loss_score(scoring.logits_of(state.model, val.x), val.y))
+        val_loss.append(loss_score(logits_of(state.model, val.x), val.y))
     combined = ledger.combined("train", "loss")
     for i, fold in enumerate(ledger.folds):
         assert torch.allclose(combined[fold.held_out], ledger.per_model("train", "loss")[i, fold.held_out])

@@ -8,7 +8,9 @@ from PIL import Image
 
 from models.builder import build_model, count_parameters
 from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, SpecError, check_size, named_layers, spec_size
-from pipeline.data import MIN_TRAIN_PER_CLASS, DataConfig, DataError, load_data, load_folder
+from pipeline.data.config import DataConfig, DataError
+from pipeline.data.sources import load_folder
+from pipeline.data.splits import MIN_TRAIN_PER_CLASS, load_data
 
 
 @pytest.mark.parametrize(

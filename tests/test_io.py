@@ -13,14 +13,10 @@ from safetensors.torch import save_file
 from models.builder import build_model
 from models.io import ModelFileError, load_model, save_model
 from models.spec import resolve_spec
-from pipeline.training import (
-    CheckpointError,
-    TrainConfig,
-    TrainingPlan,
-    load_checkpoint,
-    new_state,
-    save_checkpoint,
-)
+from pipeline.training.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+from pipeline.training.config import TrainConfig
+from pipeline.training.epoch_loop import TrainingPlan
+from pipeline.training.state import new_state
 
 
 def test_save_load_gives_identical_logits(tmp_path):

@@ -16,11 +16,12 @@ from models.builder import build_model
 from models.flops import flops_per_example
 from models.spec import resolve_spec
 from pipeline import evaluate, score_difficulty, train_dynamic, train_static
-from pipeline.data import DataConfig, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.splits import load_data
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
 from pipeline.session import RunConfig
-from pipeline.tracking import NOISE_ARTIFACT
-from pipeline.training import TrainConfig
+from pipeline.tracking.artifacts import NOISE_ARTIFACT
+from pipeline.training.config import TrainConfig
 from tests.conftest import mlflow_run
 
 pytestmark = pytest.mark.slow

@@ -21,7 +21,8 @@ import torch
 
 from models.builder import build_model
 from models.spec import resolve_spec
-from pipeline.data import DataConfig, load_raw
+from pipeline.data.config import DataConfig
+from pipeline.data.sources import load_raw
 from pipeline.logged_model import CHAMPION, MODEL_ID_TAG, log_classifier, raw_images, register_champion
 
 

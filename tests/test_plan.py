@@ -12,7 +12,9 @@ from pipeline.curriculum.strategies import make_curriculum
 from pipeline.loop import seed_everything
 from pipeline.plan import ExperimentPlan, GrowthConfig
 from pipeline.pruning import LossPruner
-from pipeline.training import TrainConfig, fit, new_state
+from pipeline.training.config import TrainConfig
+from pipeline.training.epoch_loop import fit
+from pipeline.training.state import new_state
 from tests.conftest import interrupted_then_resumed
 
 CFG = TrainConfig(epochs=4, batch_size=100, deterministic=True, seed=3)

@@ -14,15 +14,10 @@ import torch
 from models.spec import resolve_spec
 from pipeline.loop import evaluate_split, seed_everything
 from pipeline.precision import PrecisionError, autocast, cpu_bf16_fast, cpu_bf16_native, resolve_precision
-from pipeline.training import (
-    CheckpointError,
-    ConfigError,
-    TrainConfig,
-    TrainingPlan,
-    fit,
-    load_checkpoint,
-    new_state,
-)
+from pipeline.training.checkpoints import CheckpointError, load_checkpoint
+from pipeline.training.config import ConfigError, TrainConfig
+from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.state import new_state
 from tests.conftest import interrupted_then_resumed
 
 CPU = torch.device("cpu")
@@ -104,7 +99,7 @@ def test_bf16_resume_is_bit_identical_and_keeps_its_precision(small_data, tmp_pa
 
 @needs_bf16
 def test_resume_with_another_explicit_precision_is_refused(small_data, tmp_path):
-    from pipeline.training import save_checkpoint
+    from pipeline.training.checkpoints import save_checkpoint
 
     cfg = dataclasses.replace(BF16, epochs=1)
     state = fit(_fresh(small_data, cfg), small_data, cfg, TrainingPlan())

@@ -11,7 +11,7 @@ from pipeline.curriculum.diet import make_pruner
 from pipeline.curriculum.strategies import make_curriculum
 from pipeline.plan import CurriculumConfig
 from pipeline.pruning import LossPruner, PruningError
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 
 N = 1000
 

@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.loop import pick_device
 from pipeline.session import RESUME_MAY_DIFFER, check_resumable
-from pipeline.tracking import UpstreamError
+from pipeline.tracking.errors import UpstreamError
 
 PARAMS = {"epochs": "6", "lr": "0.05", "spec": "tiny", "deterministic": "false", "progress": "true"}
 TAGS = {"entry_point": "train_static", "final_spec": '{"layers": []}', "scores_run_id": ""}

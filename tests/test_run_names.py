@@ -8,14 +8,8 @@ import pytest
 
 from pipeline.codec import flat_params
 from pipeline.curriculum.diet import curriculum_label
-from pipeline.tracking import (
-    DEFAULT_EXPERIMENT,
-    EXPERIMENT_KIND,
-    EXPERIMENT_KIND_TAG,
-    LONG_PARAM,
-    shown_param,
-    tracked_run,
-)
+from pipeline.tracking.params import LONG_PARAM, shown_param
+from pipeline.tracking.runs import DEFAULT_EXPERIMENT, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, tracked_run
 
 
 def _open(name: str, params: dict | None = None, **kwargs) -> mlflow.entities.Run:

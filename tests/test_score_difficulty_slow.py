@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import scores, scoring
-from pipeline.training import TIER_NAMES
+from pipeline.difficulty import scores_table
+from pipeline.difficulty.stability import spearman
+from pipeline.difficulty.tiers import TIER_NAMES
 from tests.conftest import mlflow_run
 
 pytestmark = pytest.mark.slow
@@ -36,7 +37,7 @@ def _assert_tiers_follow_the_logged_cut_points(run_id, table, data, tmp_path) ->
     of its scores: exact thirds of each class on train, "cut points <= score" elsewhere."""
     logged = pd.read_parquet(
         mlflow.artifacts.download_artifacts(
-            run_id=run_id, artifact_path=scores.SCORES_ARTIFACT, dst_path=str(tmp_path)
+            run_id=run_id, artifact_path=scores_table.SCORES_ARTIFACT, dst_path=str(tmp_path)
         )
     )
     cuts = json.loads(
@@ -52,9 +53,9 @@ def _assert_tiers_follow_the_logged_cut_points(run_id, table, data, tmp_path) ->
         rows = logged[logged["split"] == name].set_index("index").loc[split.index.numpy()]
         loss = table.scores_for(split, name, "loss")
         tiers = table.tiers_for(split, name)
-        assert np.array_equal(loss.numpy(), rows[scores.score_column("loss")].to_numpy(np.float32))
+        assert np.array_equal(loss.numpy(), rows[scores_table.score_column("loss")].to_numpy(np.float32))
         thresholds = np.array([cuts["cuts"][data.classes[y]] for y in split.y.tolist()])  # (N, 2)
-        by_cuts = (rows[scores.score_column("loss")].to_numpy()[:, None] >= thresholds).sum(1)
+        by_cuts = (rows[scores_table.score_column("loss")].to_numpy()[:, None] >= thresholds).sum(1)
         assert np.array_equal(tiers.numpy(), by_cuts), name
         if name == "train":  # exact ranks: every class is cut into thirds, to one example
             for y in range(len(data.classes)):
@@ -75,9 +76,9 @@ def test_two_seeds_finish_and_agree_on_what_is_hard(tracking, small_data, tmp_pa
         assert "scores/scores.parquet" in {
             a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "scores")
         }
-    a = scores.load_scores(f"runs:/{first.info.run_id}/scores", small_data)
+    a = scores_table.load_scores(f"runs:/{first.info.run_id}/scores", small_data)
     _assert_tiers_follow_the_logged_cut_points(first.info.run_id, a, small_data, tmp_path)
-    b = scores.load_scores(second.info.run_id, small_data)
+    b = scores_table.load_scores(second.info.run_id, small_data)
     for name in ("train", "val", "test"):
         split = small_data.split(name)
         tiers = a.tiers_for(split, name)
@@ -85,7 +86,7 @@ def test_two_seeds_finish_and_agree_on_what_is_hard(tracking, small_data, tmp_pa
         # seed 0's hard tier is still well above that on its easy tier (measured: 4.2-4.8x).
         other_loss = b.scores_for(split, name, "loss")
         assert other_loss[tiers == HARD].mean() > 2 * other_loss[tiers == EASY].mean(), name
-        rho = scoring.spearman(a.scores_for(split, name, "loss"), other_loss)
+        rho = spearman(a.scores_for(split, name, "loss"), other_loss)
         assert rho > 0.5, (name, rho)  # measured: 0.91 train, 0.96 val and test
 
 

@@ -16,10 +16,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from models.spec import resolve_spec
-from pipeline import score_difficulty, scores, scoring
-from pipeline.data import Data, DataConfig, Split, load_data
-from pipeline.tracking import UpstreamError, tracked_run
-from pipeline.training import ConfigError, TrainConfig
+from pipeline import score_difficulty
+from pipeline.data.config import DataConfig
+from pipeline.data.dataset import Data, Split
+from pipeline.data.splits import load_data
+from pipeline.difficulty import scores_table
+from pipeline.difficulty.cross_fit import FoldPlan, cross_fit
+from pipeline.difficulty.folds import CrossFitError, CrossFitLedger, check_folds, make_folds
+from pipeline.difficulty.scorers import el2n_score, input_complexity, loss_score
+from pipeline.difficulty.stability import mean_pairwise_spearman, spearman
+from pipeline.difficulty.tiers import apply_tiers, boundaries, fit_tiers, parse_fractions
+from pipeline.tracking.errors import UpstreamError
+from pipeline.tracking.runs import tracked_run
+from pipeline.training.config import ConfigError, TrainConfig
 
 
 def synthetic_data(n_train=60, n_val=30, n_test=30, classes=3, seed=0) -> Data:
@@ -58,13 +67,13 @@ def test_train_tiers_partition_each_group_with_the_requested_fractions(n, classe
     labels = torch.randint(0, classes, (n,), generator=g)
     values = torch.randint(0, 5, (n,), generator=g).float()  # many ties
     index = torch.randperm(10 * n, generator=g)[:n]
-    tiers, cuts = scoring.fit_tiers(values, labels, index, "loss", fractions, per_class)
+    tiers, cuts = fit_tiers(values, labels, index, "loss", fractions, per_class)
     assert set(tiers.tolist()) <= {0, 1, 2}
     groups = torch.unique(labels).tolist() if per_class else [-1]
     for group in groups:
         members = labels == group if per_class else torch.ones(n, dtype=torch.bool)
         m = int(members.sum())
-        starts = scoring.boundaries(m, fractions)
+        starts = boundaries(m, fractions)
         expected = [starts[0], starts[1] - starts[0], m - starts[1]]
         assert torch.bincount(tiers[members], minlength=3).tolist() == expected
         # A harder tier never holds a lower score than an easier one within the group.
@@ -79,11 +88,11 @@ def test_ties_are_broken_by_stable_index_whatever_the_input_order():
     values = torch.zeros(9)
     labels = torch.zeros(9, dtype=torch.long)
     index = torch.tensor([40, 10, 80, 30, 70, 20, 60, 0, 50])
-    tiers, _ = scoring.fit_tiers(values, labels, index, "loss", (1 / 3, 1 / 3, 1 / 3), True)
+    tiers, _ = fit_tiers(values, labels, index, "loss", (1 / 3, 1 / 3, 1 / 3), True)
     by_index = dict(zip(index.tolist(), tiers.tolist()))
     assert [by_index[i] for i in sorted(by_index)] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     perm = torch.randperm(9, generator=torch.Generator().manual_seed(3))
-    again, _ = scoring.fit_tiers(values[perm], labels[perm], index[perm], "loss", (1 / 3,) * 3, True)
+    again, _ = fit_tiers(values[perm], labels[perm], index[perm], "loss", (1 / 3,) * 3, True)
     assert dict(zip(index[perm].tolist(), again.tolist())) == by_index
 
 
@@ -91,11 +100,11 @@ def test_cut_points_reproduce_train_tiers_and_split_val_near_the_fractions():
     g = torch.Generator().manual_seed(0)
     labels = torch.arange(3000) % 3
     train = torch.rand(3000, generator=g) + labels  # distinct scores, class-shifted
-    tiers, cuts = scoring.fit_tiers(train, labels, torch.arange(3000), "loss", (0.2, 0.5, 0.3), True)
-    assert torch.equal(scoring.apply_tiers(train, labels, cuts), tiers)
+    tiers, cuts = fit_tiers(train, labels, torch.arange(3000), "loss", (0.2, 0.5, 0.3), True)
+    assert torch.equal(apply_tiers(train, labels, cuts), tiers)
     val_labels = torch.arange(3000) % 3
     val = torch.rand(3000, generator=g) + val_labels
-    val_tiers = scoring.apply_tiers(val, val_labels, cuts)
+    val_tiers = apply_tiers(val, val_labels, cuts)
     for c in range(3):
         shares = torch.bincount(val_tiers[val_labels == c], minlength=3).float() / 1000
         assert torch.allclose(shares, torch.tensor([0.2, 0.5, 0.3]), atol=0.05)
@@ -113,7 +122,7 @@ def test_cut_points_reproduce_train_tiers_and_split_val_near_the_fractions():
 )
 def test_tier_fractions_that_do_not_make_three_shares_of_one_are_refused(text, fragment):
     with pytest.raises(ConfigError, match=fragment):
-        scoring.parse_fractions(text)
+        parse_fractions(text)
 
 
 def test_bad_tier_fractions_exit_with_one_line(tracking):
@@ -143,30 +152,30 @@ def test_bad_score_options_are_refused(cfg, fragment):
 
 def test_folds_are_stratified_disjoint_and_partition_the_training_split():
     labels = torch.arange(100) % 4
-    folds = scoring.make_folds(labels, 3, repeat=0, seed=0)
+    folds = make_folds(labels, 3, repeat=0, seed=0)
     held = torch.cat([f.held_out for f in folds]).sort().values
     assert torch.equal(held, torch.arange(100))
     for fold in folds:
         assert not set(fold.trained_on.tolist()) & set(fold.held_out.tolist())
         counts = torch.bincount(labels[fold.held_out], minlength=4)
         assert int(counts.max() - counts.min()) <= 1
-    other = scoring.make_folds(labels, 3, repeat=1, seed=0)
+    other = make_folds(labels, 3, repeat=1, seed=0)
     assert not torch.equal(other[0].held_out, folds[0].held_out)
     assert len({f.seed for f in folds + other}) == 6
 
 
 def test_broken_fold_bookkeeping_is_caught():
-    folds = scoring.make_folds(torch.arange(30) % 3, 3, repeat=0, seed=0)
+    folds = make_folds(torch.arange(30) % 3, 3, repeat=0, seed=0)
     leaky = dataclasses.replace(folds[0], held_out=torch.cat([folds[0].held_out, folds[0].trained_on[:1]]))
-    with pytest.raises(scoring.CrossFitError, match="also trains on"):
-        scoring.check_folds([leaky, *folds[1:]], 30)
-    ledger = scoring.CrossFitLedger(folds, {"train": 30, "val": 5}, ("loss",))
-    with pytest.raises(scoring.CrossFitError, match="trained on training position"):
+    with pytest.raises(CrossFitError, match="also trains on"):
+        check_folds([leaky, *folds[1:]], 30)
+    ledger = CrossFitLedger(folds, {"train": 30, "val": 5}, ("loss",))
+    with pytest.raises(CrossFitError, match="trained on training position"):
         ledger.record(0, "train", folds[0].trained_on[:2], "loss", torch.zeros(2))
     ledger.record(0, "train", folds[0].held_out, "loss", torch.zeros(len(folds[0].held_out)))
-    with pytest.raises(scoring.CrossFitError, match="twice"):
+    with pytest.raises(CrossFitError, match="twice"):
         ledger.record(0, "train", folds[0].held_out[:1], "loss", torch.zeros(1))
-    with pytest.raises(scoring.CrossFitError):
+    with pytest.raises(CrossFitError):
         ledger.check_complete()
 
 
@@ -175,7 +184,7 @@ def test_cross_fit_scores_each_training_example_only_with_models_that_never_trai
     spec = resolve_spec("tiny", data.input_shape, data.num_classes)
     cfg = TrainConfig(epochs=2, batch_size=16, device="cpu")
     seen = []
-    result = scoring.cross_fit(
+    result = cross_fit(
         data,
         spec,
         cfg,
@@ -198,36 +207,36 @@ def test_cross_fit_scores_each_training_example_only_with_models_that_never_trai
         assert ledger.scored["val"][scorer].all() and ledger.scored["test"][scorer].all()
         for split in ("train", "val", "test"):
             assert torch.isfinite(ledger.combined(split, scorer)).all()
-    assert all(isinstance(scoring.FoldPlan(f).positions(0, None, data), torch.Tensor) for f in ledger.folds)
-    assert torch.equal(scoring.FoldPlan(ledger.folds[0]).positions(0, None, data), ledger.folds[0].trained_on)
+    assert all(isinstance(FoldPlan(f).positions(0, None, data), torch.Tensor) for f in ledger.folds)
+    assert torch.equal(FoldPlan(ledger.folds[0]).positions(0, None, data), ledger.folds[0].trained_on)
 
 
 def test_scorers_read_higher_as_harder():
     y = torch.tensor([0, 1])
     confident = torch.tensor([[9.0, -9.0], [-9.0, 9.0]])
-    assert scoring.loss_score(confident, y).max() < 1e-3
-    assert scoring.el2n_score(confident, y).max() < 1e-3
-    assert torch.allclose(scoring.el2n_score(-confident, y), torch.full((2,), math.sqrt(2)), atol=1e-3)
+    assert loss_score(confident, y).max() < 1e-3
+    assert el2n_score(confident, y).max() < 1e-3
+    assert torch.allclose(el2n_score(-confident, y), torch.full((2,), math.sqrt(2)), atol=1e-3)
     blank = torch.zeros(1, 1, 28, 28, dtype=torch.uint8)
     noise = torch.randint(
         0, 256, (1, 1, 28, 28), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
     )
-    assert scoring.input_complexity(blank) < scoring.input_complexity(noise)
+    assert input_complexity(blank) < input_complexity(noise)
 
 
 def test_spearman_of_identical_and_reversed_rankings():
     a = torch.arange(10.0)
-    assert scoring.spearman(a, a * 2) == pytest.approx(1.0)
-    assert scoring.mean_pairwise_spearman(torch.stack([a, -a])) == pytest.approx(-1.0)
-    assert math.isnan(scoring.mean_pairwise_spearman(a[None]))
+    assert spearman(a, a * 2) == pytest.approx(1.0)
+    assert mean_pairwise_spearman(torch.stack([a, -a])) == pytest.approx(-1.0)
+    assert math.isnan(mean_pairwise_spearman(a[None]))
 
 
 # --- the scores table ----------------------------------------------------------------------
 
 
-def log_table(data: Data, entry_point: str = scores.PRODUCER, corrupt: bool = False) -> str:
+def log_table(data: Data, entry_point: str = scores_table.PRODUCER, corrupt: bool = False) -> str:
     """A scores run for ``data`` written with the real table code; returns its run id."""
-    splits = {name: data.split(name) for name in scores.SPLITS}
+    splits = {name: data.split(name) for name in scores_table.SPLITS}
     values = {
         name: {"loss": torch.rand(len(s), generator=torch.Generator().manual_seed(1))}
         for name, s in splits.items()
@@ -235,10 +244,10 @@ def log_table(data: Data, entry_point: str = scores.PRODUCER, corrupt: bool = Fa
     if corrupt:
         values["val"]["loss"][3] = math.nan
     tiers = {name: torch.arange(len(s)) % 3 for name, s in splits.items()}
-    frame = scores.make_table(splits, values, tiers)
+    frame = scores_table.make_table(splits, values, tiers)
     with tracked_run(entry_point, {"scorers": "loss"}) as run:
         mlflow.log_params({"data_digest": data.digest})
-        path = scores.save_table(
+        path = scores_table.save_table(
             frame,
             Path.cwd() / "scores.parquet",
             {"data_digest": data.digest, "scorers": ["loss"], "tier_scorer": "loss"},
@@ -251,7 +260,7 @@ def test_load_scores_matches_rows_by_stable_index(tracking):
     data = synthetic_data()
     run_id = log_table(data)
     for ref in (run_id, f"runs:/{run_id}/scores/scores.parquet", f"runs:/{run_id}"):
-        table = scores.load_scores(ref, data)
+        table = scores_table.load_scores(ref, data)
         assert torch.equal(table.tiers_for(data.val, "val"), torch.arange(30) % 3)
     perm = torch.randperm(30, generator=torch.Generator().manual_seed(0))
     shuffled = Split(data.val.x[perm], data.val.y[perm], data.val.index[perm])
@@ -267,14 +276,14 @@ def test_load_scores_matches_rows_by_stable_index(tracking):
 def test_a_table_is_downloaded_once_per_process_and_checked_every_time(tracking):
     data = synthetic_data()
     run_id = log_table(data)
-    first = scores.load_scores(run_id, data)
+    first = scores_table.load_scores(run_id, data)
     artifacts = Path(mlflow.get_run(run_id).info.artifact_uri.removeprefix("file://"))
     shutil.rmtree(artifacts)  # a second download would fail now
-    again = scores.load_scores(run_id, data)
+    again = scores_table.load_scores(run_id, data)
     assert again.frame is first.frame
     fewer = dataclasses.replace(data, val=Split(data.val.x, data.val.y, data.val.index + 1000))
     with pytest.raises(UpstreamError, match="no val row for index 1060"):
-        scores.load_scores(run_id, fewer)
+        scores_table.load_scores(run_id, fewer)
 
 
 def test_load_scores_refuses_other_data_other_runs_and_holes(tracking):
@@ -285,22 +294,22 @@ def test_load_scores_refuses_other_data_other_runs_and_holes(tracking):
         UpstreamError,
         match=f"scores run {run_id} is for data digest {data.digest}, this run loaded 0123456789abcdef",
     ):
-        scores.load_scores(run_id, other)
+        scores_table.load_scores(run_id, other)
     with pytest.raises(UpstreamError, match="no such run"):
-        scores.load_scores("0" * 32, data)
+        scores_table.load_scores("0" * 32, data)
     static_id = log_table(data, entry_point="train_static")
     with pytest.raises(UpstreamError, match="is a train_static run, not score_difficulty"):
-        scores.load_scores(static_id, data)
+        scores_table.load_scores(static_id, data)
     holed_id = log_table(data, corrupt=True)
     with pytest.raises(UpstreamError, match="NaN scores or no tier for val index 63"):
-        scores.load_scores(holed_id, data)
+        scores_table.load_scores(holed_id, data)
     fewer = dataclasses.replace(data, val=Split(data.val.x, data.val.y, data.val.index + 1000))
     with pytest.raises(UpstreamError, match="no val row for index 1060"):
-        scores.load_scores(run_id, fewer)
+        scores_table.load_scores(run_id, fewer)
 
 
 def test_entry_point_names_agree():
-    assert score_difficulty.ENTRY_POINT == scores.PRODUCER
+    assert score_difficulty.ENTRY_POINT == scores_table.PRODUCER
     assert (DataConfig, score_difficulty.ScoreConfig) == score_difficulty.CONFIGS
 
 
@@ -325,7 +334,7 @@ def test_run_on_a_small_real_subset_writes_a_table_the_next_step_can_load(tracki
         "scores/folds.parquet",
     } <= artifacts
     data = load_data(data_cfg)  # as train_dynamic loads it: no test split
-    table = scores.load_scores(run_id, data)
+    table = scores_table.load_scores(run_id, data)
     assert list(table.frame.columns) == [
         "split",
         "index",
@@ -349,5 +358,5 @@ def test_the_model_free_scorer_alone_trains_nothing(tracking):
     assert run.info.status == "FINISHED"
     assert "time/models_s" not in run.data.metrics
     assert "stability/spearman_input_folds" not in run.data.metrics
-    table = scores.load_scores(run_id, load_data(DataConfig(subset=100), include_test=True))
+    table = scores_table.load_scores(run_id, load_data(DataConfig(subset=100), include_test=True))
     assert table.scorers == ("input",) and table.tier_scorer == "input"

@@ -12,7 +12,8 @@ import time
 import mlflow
 import pytest
 
-from pipeline.tracking import FAILURE_TAG, PID_TAG
+from pipeline.tracking.errors import FAILURE_TAG
+from pipeline.tracking.processes import PID_TAG
 from tests.conftest import REPO, subprocess_env
 
 pytestmark = pytest.mark.slow

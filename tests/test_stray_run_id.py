@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline import train_static
-from pipeline.tracking import FAILURE_TAG, owner_tags
+from pipeline.tracking.errors import FAILURE_TAG
+from pipeline.tracking.processes import owner_tags
 
 ARGS = ["--subset", "300", "--val-size", "100", "--spec", "tiny", "--epochs", "1", "--scores-run", "none"]
 

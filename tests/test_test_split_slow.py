@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline import score_difficulty, train_dynamic, train_static, tune
-from pipeline.data import REFUSE_TEST_ENV, DataConfig, DataError, load_data
+from pipeline.data.config import DataConfig, DataError
+from pipeline.data.splits import REFUSE_TEST_ENV, load_data
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
 

@@ -7,13 +7,15 @@ import sys
 
 import mlflow
 
-from pipeline.tracking import FAILURE_TAG, fail_stale_runs, tracked_run
+from pipeline.tracking.errors import FAILURE_TAG
+from pipeline.tracking.processes import fail_stale_runs
+from pipeline.tracking.runs import tracked_run
 from tests.conftest import REPO, subprocess_env
 
 # Opens a run through tracked_run and dies without closing it, as SIGKILL or the OOM killer would.
 DIE_WHILE_RUNNING = """
 import os, mlflow
-from pipeline.tracking import tracked_run
+from pipeline.tracking.runs import tracked_run
 with tracked_run("train_static", {"epochs": "1"}) as run:
     print(run.info.run_id, flush=True)
     os._exit(9)
@@ -52,7 +54,8 @@ def test_runs_without_owner_tags_are_not_touched(tracking):
 # A step whose code has a bug that raises ValueError, the type most input checks subclass.
 BUG_IN_A_STEP = """
 import click, mlflow
-from pipeline.tracking import main_guard, tracked_run
+from pipeline.tracking.guard import main_guard
+from pipeline.tracking.runs import tracked_run
 
 @click.command()
 @main_guard

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline import evaluate, train_static
-from pipeline.tracking import FAILURE_TAG
+from pipeline.tracking.errors import FAILURE_TAG
 from tests.conftest import subprocess_env
 
 ARGS = ["--subset", "300", "--val-size", "100", "--spec", "tiny", "--epochs", "1", "--scores-run", "none"]

@@ -9,15 +9,9 @@ import torch
 
 from models.spec import resolve_spec
 from pipeline.loop import DivergenceError, cosine_lr, seed_everything, train_one_epoch
-from pipeline.training import (
-    ArchitectureTrace,
-    ConfigError,
-    TrainConfig,
-    TrainingPlan,
-    fit,
-    learning_rate,
-    new_state,
-)
+from pipeline.training.config import ConfigError, TrainConfig
+from pipeline.training.epoch_loop import TrainingPlan, fit, learning_rate
+from pipeline.training.state import ArchitectureTrace, new_state
 from tests.conftest import interrupted_then_resumed
 
 CFG = TrainConfig(epochs=3, batch_size=64, deterministic=True, seed=7)

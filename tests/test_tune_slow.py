@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline import tune
-from pipeline.data import REFUSE_TEST_ENV
+from pipeline.data.splits import REFUSE_TEST_ENV
 from pipeline.tune.study import STUDY_PARENT
 from tests.conftest import REPO, subprocess_env
 

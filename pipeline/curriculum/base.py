@@ -28,10 +28,10 @@ from pipeline.curriculum.checks import (
 )
 from pipeline.curriculum.ordering import ORDERS, Ordering
 from pipeline.curriculum.pacing import ceil_count, get_pacing
-from pipeline.training import TIER_NAMES
+from pipeline.difficulty.tiers import TIER_NAMES
 
 if TYPE_CHECKING:
-    from pipeline.data import Data
+    from pipeline.data.dataset import Data
 
 
 def _digest(*arrays: np.ndarray | None) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from pipeline.training import TIER_NAMES
+from pipeline.difficulty.tiers import TIER_NAMES
 
 
 class CurriculumError(ValueError):

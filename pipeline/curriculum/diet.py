@@ -21,12 +21,12 @@ from pipeline.curriculum.checks import CurriculumError, check_hold_back, check_r
 from pipeline.curriculum.strategies import make_curriculum
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig
 from pipeline.pruning import LossPruner, PruningError
-from pipeline.training import TrainConfig
+from pipeline.training.config import TrainConfig
 
 if TYPE_CHECKING:
     from models.schedule import GrowthEvent
-    from pipeline.data import Data
-    from pipeline.scores import ScoresTable
+    from pipeline.data.dataset import Data
+    from pipeline.difficulty.scores_table import ScoresTable
 
 
 def growth_boundaries(events: list[GrowthEvent]) -> list[int] | None:

@@ -33,11 +33,11 @@ from pipeline.curriculum.base import Curriculum, describe
 from pipeline.curriculum.checks import CurriculumError
 from pipeline.curriculum.ordering import Ordering
 from pipeline.curriculum.pacing import PACINGS, ceil_count
+from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.loop import evaluate_split
-from pipeline.training import TIER_NAMES
 
 if TYPE_CHECKING:
-    from pipeline.data import Data
+    from pipeline.data.dataset import Data
 
 # The ``tiers`` stage after a third boundary: easy examples retired, medium and hard in use.
 RETIRED_STAGE = 3

@@ -27,7 +27,7 @@ from pipeline.report.groups import cost_frontier_lines, has_curve, make_groups
 from pipeline.report.metrics import TIERS
 from pipeline.report.paths import ReportPaths
 from pipeline.report.runs import collect_runs
-from pipeline.tracking import UpstreamError
+from pipeline.tracking.errors import UpstreamError
 
 __all__ = ["ReportPaths", "build_report", "collect_runs"]  # what evaluate uses
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 
-from pipeline.tracking import ENTRY_POINT_TAG, UpstreamError
+from pipeline.tracking.errors import UpstreamError
+from pipeline.tracking.runs import ENTRY_POINT_TAG
 
 HISTORY_ARTIFACT = "history.csv"
 TRACE_ARTIFACT = "architecture_trace.json"

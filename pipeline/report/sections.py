@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.render import Block
 from pipeline.report.groups import TARGET_FRACTION, Group
 from pipeline.report.metrics import METRICS, NOISE_METRICS, TIERS, TIME_TO_TARGET, fmt
@@ -18,7 +19,6 @@ from pipeline.report.paths import ReportPaths
 from pipeline.report.runs import COMPARABILITY_KEYS
 from pipeline.report.wording import comparison_bullets, conclusion, interval, p_cell, verdict
 from pipeline.stats import summary
-from pipeline.training import TIER_NAMES
 
 TITLE = "Growing CNN: comparison report"
 

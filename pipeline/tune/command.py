@@ -6,7 +6,7 @@
 Each trial grows the ``--start-spec`` network by a searched schedule (how many events, the
 epoch of each, the layer type each adds: see pipeline/tune/search_space.py), fed by a searched
 curriculum pacing at a searched learning rate, and trains ``--epochs`` epochs with
-``pipeline.training.fit`` on data loaded once per worker. The test split is never loaded.
+``pipeline.training.epoch_loop.fit`` on data loaded once per worker. The test split is never loaded.
 Objectives: validation accuracy, pruned per epoch by ``--pruner``, or validation accuracy and
 wall-clock time (``--objectives acc+time``), whose Pareto front the report shows. A schedule
 that cannot be built is pruned before training, with the reason in the trial's
@@ -49,20 +49,18 @@ from models.spec import resolve_spec
 from pipeline.budget import parse_budget
 from pipeline.cli import build_config, config_options, help_text
 from pipeline.codec import flat_params, to_argv
-from pipeline.data import Data, DataConfig, load_data
+from pipeline.data.config import DataConfig
+from pipeline.data.dataset import Data
+from pipeline.data.splits import load_data
 from pipeline.logged_model import register_champion
 from pipeline.plan import DynamicCurriculumConfig
 from pipeline.run_length import run_cost
 from pipeline.session import find_scores_run, prepare_curriculum
-from pipeline.tracking import (
-    GuardedCommand,
-    log_dataset,
-    main_guard,
-    raise_terminated,
-    scratch_dir,
-    tracked_run,
-)
-from pipeline.training import ConfigError, TrainConfig
+from pipeline.tracking.artifacts import log_dataset, scratch_dir
+from pipeline.tracking.errors import raise_terminated
+from pipeline.tracking.guard import GuardedCommand, main_guard
+from pipeline.tracking.runs import tracked_run
+from pipeline.training.config import ConfigError, TrainConfig
 from pipeline.tune import report, search_space
 from pipeline.tune.config import CONFIGS, ENTRY_POINT, SpaceConfig, StudyConfig
 from pipeline.tune.study import (

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.cli import opt, option_name
-from pipeline.data import DataConfig
-from pipeline.training import ConfigError, TrainConfig
+from pipeline.data.config import DataConfig
+from pipeline.training.config import ConfigError, TrainConfig
 from pipeline.tune import search_space
 
 ENTRY_POINT = "tune"

@@ -17,8 +17,8 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from pipeline.cli import option_name
-from pipeline.tracking import FAILURE_TAG, one_line
-from pipeline.training import ConfigError
+from pipeline.tracking.errors import FAILURE_TAG, one_line
+from pipeline.training.config import ConfigError
 from pipeline.tune import report, search_space
 from pipeline.tune.config import OBJECTIVES, StudyConfig
 

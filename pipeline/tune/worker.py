@@ -25,22 +25,22 @@ from pipeline.budget import scale_epoch
 from pipeline.codec import flat_params, non_default_params
 from pipeline.curriculum.checks import CurriculumError
 from pipeline.curriculum.diet import curriculum_pruning
-from pipeline.data import Data, DataConfig
+from pipeline.data.config import DataConfig
+from pipeline.data.dataset import Data
 from pipeline.logged_model import log_classifier
 from pipeline.loop import DivergenceError, pick_device, seed_everything
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
 from pipeline.pruning import PruningError
 from pipeline.run_length import resolve_run_length
 from pipeline.session import prepare_curriculum
-from pipeline.tracking import (
-    FAILURE_TAG,
-    code_version,
-    log_params_shown,
-    one_line,
-    owner_tags,
-    scratch_dir,
-)
-from pipeline.training import FitState, TrainConfig, fit, new_state
+from pipeline.tracking.artifacts import scratch_dir
+from pipeline.tracking.errors import FAILURE_TAG, one_line
+from pipeline.tracking.params import log_params_shown
+from pipeline.tracking.processes import owner_tags
+from pipeline.tracking.runs import code_version
+from pipeline.training.config import TrainConfig
+from pipeline.training.epoch_loop import fit
+from pipeline.training.state import FitState, new_state
 from pipeline.tune import report, search_space
 from pipeline.tune.config import ENTRY_POINT, OBJECTIVES
 from pipeline.tune.study import (

@@ -23,9 +23,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from pipeline.data import Data, Split
-from pipeline.tracking import ENTRY_POINT_TAG, UpstreamError, scratch_dir
-from pipeline.training import TIER_NAMES
+from pipeline.data.dataset import Data, Split
+from pipeline.difficulty.tiers import TIER_NAMES
+from pipeline.tracking.artifacts import scratch_dir
+from pipeline.tracking.errors import UpstreamError
+from pipeline.tracking.runs import ENTRY_POINT_TAG
 
 # The entry point that writes this table (pipeline.score_difficulty.ENTRY_POINT; a test keeps
 # them equal, an import would be circular).
@@ -227,3 +229,26 @@ def check_table(table: ScoresTable, data: Data) -> None:
                 f"scores run {run_id} has NaN scores or no tier for {name} index {first} "
                 f"({int((bad | ~tier_ok).sum())} such rows)"
             )
+
+
+def tier_metrics(table: pd.DataFrame, tier_scorer: str) -> dict[str, float]:
+    """Each tier's share of each split and its mean tier score."""
+    out = {}
+    column = score_column(tier_scorer)
+    for name, part in table.groupby("split"):
+        for tier_id, tier in enumerate(TIER_NAMES):
+            rows = part[part["tier_id"] == tier_id]
+            out[f"tiers/{name}_share_{tier}"] = len(rows) / max(len(part), 1)
+            if len(rows):
+                out[f"tiers/{name}_{tier_scorer}_{tier}"] = float(rows[column].mean())
+    return out
+
+
+def tier_counts(table: pd.DataFrame, classes: list[str]) -> pd.DataFrame:
+    """Examples per (split, class) and tier."""
+    counts = table.groupby(["split", "label", "tier_id"]).size().unstack("tier_id", fill_value=0)
+    counts = counts.reindex(columns=range(len(TIER_NAMES)), fill_value=0)
+    counts.columns = list(TIER_NAMES)
+    counts = counts.reset_index()
+    counts.insert(2, "class", [classes[i] for i in counts["label"]])
+    return counts.set_index(["split", "label", "class"])

@@ -1,0 +1,7 @@
+"""Datasets as in-memory tensors with fixed, stratified, seeded splits.
+
+``config`` holds the options and ``DataError``; ``sources`` reads a dataset's files;
+``sampling`` draws stratified samples; ``splits`` makes the train/validation/test splits
+(``load_data``); ``label_noise`` flips labels; ``dataset`` is the loaded ``Data`` and its
+``Split``s; ``augment`` augments batches.
+"""

@@ -1,0 +1,4 @@
+"""Training, with no MLflow inside: ``config`` (options, optimizer), ``state`` (what an epoch
+hands the next), ``epoch_loop`` (``fit`` and the ``TrainingPlan`` hooks), ``metrics`` (per-tier,
+per-exit and label-noise measurements), ``checkpoints`` (save, and resume bit-exactly).
+"""

@@ -1,0 +1,117 @@
+"""Checkpoints: the whole training state saved after each epoch, and rebuilt from one so a
+resumed run continues bit-exactly."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from models.builder import build_model
+from models.spec import ArchSpec
+from pipeline.loop import place_model
+from pipeline.precision import PrecisionError, resolve_precision
+from pipeline.training.config import TrainConfig, make_optimizer
+from pipeline.training.epoch_loop import TrainingPlan
+from pipeline.training.state import ArchitectureTrace, FitState
+
+CHECKPOINT_FORMAT = 1
+
+
+def checkpoint_dict(state: FitState, plan: TrainingPlan, cfg: TrainConfig) -> dict:
+    """A checkpoint of plain containers and tensors, loadable with ``weights_only=True``."""
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "spec": state.model.spec.to_json(),
+        "model": state.model.state_dict(),
+        "optimizer": state.optimizer.state_dict(),
+        "epoch": state.epoch,
+        "global_step": state.global_step,
+        "cumulative_s": state.cumulative_s,
+        "cumulative_train_flops": state.cumulative_train_flops,
+        "history": json.dumps(state.history),
+        "trace": json.dumps(state.trace.to_dict()),
+        "plan": json.dumps(plan.state_dict()),
+        "plan_tensors": plan.tensor_state(),
+        "config": json.dumps(asdict(cfg)),
+        "precision": state.precision,
+        "rng_torch": torch.get_rng_state(),
+        "rng_data": state.generator.get_state(),
+        "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def save_checkpoint(path: Path, state: FitState, plan: TrainingPlan, cfg: TrainConfig) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".partial")
+    torch.save(checkpoint_dict(state, plan, cfg), tmp)
+    tmp.replace(path)  # a crash mid-write leaves the previous checkpoint intact
+    return path
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, truncated or does not fit."""
+
+
+def load_checkpoint(path: Path, cfg: TrainConfig, plan: TrainingPlan, device: torch.device) -> FitState:
+    """Rebuild the whole training state from a checkpoint; never unpickles arbitrary objects."""
+    from models.io import ModelFileError, check_state_matches
+
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated zip, foreign pickle: all mean "not a checkpoint"
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable or unsafe ({type(err).__name__}: "
+            f"{str(err).splitlines()[0][:200]})"
+        ) from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"checkpoint {path} is not a checkpoint of this pipeline")
+    model = build_model(ArchSpec.from_dict(json.loads(ckpt["spec"])))
+    try:
+        check_state_matches(model, ckpt["model"], str(path))
+    except ModelFileError as err:
+        raise CheckpointError(str(err)) from None
+    model.load_state_dict(ckpt["model"])
+    place_model(model, device)
+    optimizer = make_optimizer(model, cfg)
+    optimizer.load_state_dict(ckpt["optimizer"])
+    precision = _resumed_precision(str(ckpt.get("precision", "fp32")), cfg, device, path)
+    plan.load_state_dict(json.loads(ckpt["plan"]))
+    plan.load_tensor_state(ckpt.get("plan_tensors", {}))
+    torch.set_rng_state(ckpt["rng_torch"])
+    generator = torch.Generator()
+    generator.set_state(ckpt["rng_data"])
+    if ckpt["rng_cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
+    return FitState(
+        model=model,
+        optimizer=optimizer,
+        epoch=ckpt["epoch"],
+        global_step=ckpt["global_step"],
+        cumulative_s=ckpt["cumulative_s"],
+        cumulative_train_flops=ckpt["cumulative_train_flops"],
+        history=json.loads(ckpt["history"]),
+        trace=ArchitectureTrace.from_dict(json.loads(ckpt["trace"])),
+        generator=generator,
+        precision=precision,
+    )
+
+
+def _resumed_precision(trained: str, cfg: TrainConfig, device: torch.device, path: Path) -> str:
+    """A resumed run continues at the precision it trained at: ``auto`` keeps it (even where
+    this machine would resolve auto otherwise), an explicit other precision is refused."""
+    if cfg.precision not in ("auto", trained):
+        raise CheckpointError(
+            f"--precision {cfg.precision}: checkpoint {path} trained at {trained}; "
+            f"resume with --precision {trained} or auto"
+        )
+    try:
+        return resolve_precision(trained, device)
+    except PrecisionError as err:
+        raise CheckpointError(
+            f"checkpoint {path} trained at {trained}, which this machine cannot run: {err}"
+        ) from None

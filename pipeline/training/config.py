@@ -1,0 +1,102 @@
+"""The training options (learning rate, schedule, precision, budget...) and the optimizer they
+build."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from pipeline.cli import opt
+from pipeline.data.augment import AUGMENTATIONS
+from pipeline.loop import pick_device
+from pipeline.precision import PRECISIONS, resolve_precision
+
+
+class ConfigError(ValueError):
+    """An option value that cannot work; the message names the option."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = opt(12, "training epochs")
+    batch_size: int = opt(128, "training batch size")
+    # SGD with Nesterov momentum and a cosine schedule: on these small CNNs it matches Adam's
+    # accuracy with one fewer hyperparameter that interacts with growth (Adam's second moments).
+    lr: float = opt(0.05, "peak learning rate of the cosine schedule")
+    momentum: float = opt(0.9, "SGD momentum (Nesterov)")
+    weight_decay: float = opt(5e-4, "L2 weight decay")
+    warmup: float = opt(0.03, "fraction of training spent warming the learning rate up")
+    seed: int = opt(0, "seed of weights, data order and dropout")
+    device: str = opt("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
+    deterministic: bool = opt(False, "deterministic kernels: bit-identical reruns, somewhat slower")
+    augment: str = opt("none", "batch augmentation: none, flip, shift or flip+shift")
+    label_smoothing: float = opt(0.0, "label smoothing of the training loss (0: none)")
+    growth_rewarm: float = opt(
+        0.0,
+        "fraction of training over which the learning rate climbs back to the schedule's after "
+        "each growth event (0: no re-warm)",
+    )
+    eval_batch_size: int = opt(1024, "batch size for evaluation passes")
+    precision: str = opt(
+        "auto",
+        "autocast precision: auto (bf16 where this hardware runs it fast, else fp32), fp32, bf16 or "
+        "fp16 (CUDA only); weights and optimizer state stay fp32",
+    )
+    compile: bool = opt(False, "torch.compile the model (recompiled after each growth); see README")
+    budget: str = opt(
+        "",
+        "training budget: empty for --epochs, or 24ep, 3.2e14flops, 600s, run:RUN_ID (its FLOPs; "
+        "run:RUN_ID:s its seconds), optionally *factor; schedules written for --epochs scale to it",
+    )
+
+    def validate(self) -> TrainConfig:
+        for name in ("epochs", "batch_size", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ConfigError(f"--lr must be positive, got {self.lr}")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError(f"--momentum must be in [0, 1), got {self.momentum}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"--weight-decay must be non-negative, got {self.weight_decay}")
+        if not 0 <= self.label_smoothing < 1:
+            raise ConfigError(f"--label-smoothing must be a fraction in [0, 1), got {self.label_smoothing}")
+        if not 0 <= self.growth_rewarm < 1:
+            raise ConfigError(f"--growth-rewarm must be a fraction in [0, 1), got {self.growth_rewarm}")
+        if not 0 <= self.warmup < 1:
+            raise ConfigError(f"--warmup must be a fraction in [0, 1), got {self.warmup}")
+        if self.augment not in AUGMENTATIONS:
+            raise ConfigError(f"--augment {self.augment!r}: use one of {', '.join(AUGMENTATIONS)}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"--precision {self.precision!r}: use one of {', '.join(PRECISIONS)}")
+        resolve_precision(self.precision, pick_device(self.device))
+        return self
+
+    def resolved_precision(self, device: torch.device) -> str:
+        return resolve_precision(self.precision, device)
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """One parameter group in ``model.parameters()`` order, so a checkpoint's optimizer state
+    always maps back onto a model rebuilt from the checkpoint's spec."""
+    return torch.optim.SGD(
+        model.parameters(),
+        lr=cfg.lr,
+        momentum=cfg.momentum,
+        weight_decay=cfg.weight_decay,
+        nesterov=cfg.momentum > 0,
+    )
+
+
+def rebuild_optimizer(
+    old: torch.optim.Optimizer, model: nn.Module, cfg: TrainConfig
+) -> torch.optim.Optimizer:
+    """A fresh optimizer over ``model``'s current parameters that keeps the state (momentum
+    buffers) of every parameter the old one already had; new parameters start with none."""
+    new = make_optimizer(model, cfg)
+    for param in model.parameters():
+        if param in old.state:
+            new.state[param] = old.state[param]
+    return new

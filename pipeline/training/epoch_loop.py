@@ -1,0 +1,226 @@
+"""The epoch loop shared by train_static and train_dynamic (``fit``); no MLflow inside.
+
+What differs between the two entry points is a ``TrainingPlan``: whether the model grows before
+an epoch, and which training examples the epoch uses (the curriculum). A static run is the
+default plan: no growth, every example, every epoch.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from models.builder import SpecNet, count_parameters
+from models.flops import flops_per_example
+from pipeline.data.dataset import Data
+from pipeline.loop import cosine_lr, evaluate_split, place_model, train_one_epoch
+from pipeline.precision import grad_scaler
+from pipeline.training.config import TrainConfig
+from pipeline.training.metrics import exit_accuracies, noise_metrics, noise_probe_positions, tier_accuracies
+from pipeline.training.state import ArchitectureTrace, FitState
+
+
+class TrainingPlan:
+    """Static training: no growth, every training example each epoch.
+
+    Subclasses override ``before_epoch`` to grow the model and ``positions`` to choose the
+    epoch's examples; their state must be JSON-serialisable so checkpoints can hold it.
+    """
+
+    # The run's resolved precision, set by ``fit``: what the plan's own measurements (growth
+    # probes) run at, so they see the network as training does.
+    precision: str = "fp32"
+    # Deep supervision (pipeline/exits.py): the loss weight of each early exit, or None to
+    # train the head alone even where the spec has exits.
+    exit_weights: tuple[float, ...] | None = None
+
+    def weights_for(self, model: SpecNet) -> tuple[float, ...] | None:
+        """The early exits' loss weights for ``model`` (a growing one gains exits), or None."""
+        n = len(model.spec.exits)
+        return tuple(self.exit_weights[:n]) if n and self.exit_weights is not None else None
+
+    def before_epoch(
+        self,
+        epoch: int,
+        model: SpecNet,
+        optimizer: torch.optim.Optimizer,
+    ) -> tuple[SpecNet, torch.optim.Optimizer, list[dict]]:
+        return model, optimizer, []
+
+    def positions(self, epoch: int, model: SpecNet, data: Data) -> torch.Tensor:
+        return torch.arange(len(data.train))
+
+    def example_weights(self, epoch: int) -> torch.Tensor | None:
+        """(N,) loss weight per training position for the epoch ``positions`` chose; None: all 1."""
+        return None
+
+    def wants_example_losses(self, epoch: int) -> bool:
+        """Whether ``record_losses`` should see each example's loss of this epoch."""
+        return False
+
+    def record_losses(self, order: torch.Tensor, losses: torch.Tensor) -> None:
+        """Each trained position (P,) and its loss (P,) in its step, when asked for."""
+
+    def after_epoch(self, epoch: int, metrics: dict) -> None:
+        """Sees each finished epoch's metrics (a plateau trigger decides here)."""
+
+    def epoch_info(self, epoch: int) -> dict[str, float]:
+        """Extra per-epoch metrics, e.g. the share of data in use."""
+        return {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def tensor_state(self) -> dict[str, torch.Tensor]:
+        """State too large for JSON (per-example losses); checkpoints hold it as tensors."""
+        return {}
+
+    def load_tensor_state(self, state: dict[str, torch.Tensor]) -> None:
+        pass
+
+    def to_dict(self) -> dict:
+        """A description for the run's artifacts."""
+        return {"kind": "static"}
+
+
+def learning_rate(cfg: TrainConfig, trace: ArchitectureTrace, progress: float) -> float:
+    """The cosine schedule's rate at ``progress``; with ``--growth-rewarm w``, the rate after
+    each growth event (at its epoch's start) climbs linearly from near zero back to the
+    schedule's over a fraction ``w`` of training, so the new layers' first steps do not
+    take the full rate."""
+    lr = cosine_lr(cfg.lr, progress, cfg.warmup)
+    if cfg.growth_rewarm > 0:
+        for grown_at in {event["epoch"] / cfg.epochs for event in trace.events}:
+            if grown_at <= progress < grown_at + cfg.growth_rewarm:
+                lr *= (progress - grown_at + 1e-3) / cfg.growth_rewarm
+    return lr
+
+
+def fit(
+    state: FitState,
+    data: Data,
+    cfg: TrainConfig,
+    plan: TrainingPlan,
+    *,
+    val_tiers: torch.Tensor | None = None,
+    on_epoch: Callable[[int, dict, FitState], None] | None = None,
+    checkpoint: Callable[[FitState, TrainingPlan], None] | None = None,
+    progress_bar: bool = False,
+    meter=None,
+) -> FitState:
+    """Run epochs ``state.epoch .. cfg.epochs-1``; ``data`` must already be on the device.
+
+    ``on_epoch(epoch, metrics, state)`` sees every epoch's metrics (logging, pruning);
+    ``checkpoint`` is called after each finished epoch. A ``meter`` (``budget.BudgetMeter``)
+    ends training before a step its FLOPs or seconds budget cannot pay for.
+    """
+    lr_at = functools.partial(learning_rate, cfg, state.trace)
+    flops = flops_per_example(state.model, data.input_shape)
+    device = data.train.x.device
+    scaler = grad_scaler(state.precision, device)
+    forward = _compiled(state.model, cfg)
+    plan.precision = state.precision
+    noise_probe = noise_probe_positions(data.train) if data.noisy else None
+    for epoch in range(state.epoch, cfg.epochs):
+        epoch_start = time.perf_counter()
+        model, optimizer, events = plan.before_epoch(epoch, state.model, state.optimizer)
+        if model is not state.model:
+            place_model(model, device)  # new layers take the layout of the old ones
+            flops = flops_per_example(model, data.input_shape)
+            forward = _compiled(model, cfg)
+        state.model, state.optimizer = model, optimizer
+        state.trace.events.extend(events)
+        positions = plan.positions(epoch, state.model, data)
+        weights = plan.example_weights(epoch)
+        allows = None
+        if meter is not None:
+            meter.spent = state.cumulative_train_flops if meter.budget.unit == "flops" else state.cumulative_s
+            meter.spent += time.perf_counter() - epoch_start if meter.budget.unit == "seconds" else 0.0
+            allows = functools.partial(_budget_allows, meter, flops["train"])
+        stats = train_one_epoch(
+            forward,
+            state.optimizer,
+            data.train,
+            positions,
+            batch_size=cfg.batch_size,
+            lr_at=lr_at,
+            epoch=epoch,
+            epochs=cfg.epochs,
+            global_step=state.global_step,
+            generator=state.generator,
+            augment=cfg.augment,
+            progress_bar=progress_bar,
+            weights=None if weights is None else weights.to(data.train.x.device),
+            example_losses=plan.wants_example_losses(epoch),
+            precision=state.precision,
+            scaler=scaler,
+            allows=allows,
+            label_smoothing=cfg.label_smoothing,
+            exit_weights=plan.weights_for(state.model),
+        )
+        if stats.examples == 0:  # the budget could not pay for a single step of this epoch
+            state.stop_reason = "budget"
+            break
+        if stats.losses is not None:
+            plan.record_losses(stats.order, stats.losses)
+        val_start = time.perf_counter()
+        val = evaluate_split(forward, data.val, cfg.eval_batch_size, precision=state.precision)
+        if meter is not None:
+            meter.reserve_s = time.perf_counter() - val_start
+        state.global_step += stats.steps
+        state.cumulative_train_flops += flops["train"] * stats.examples
+        params = count_parameters(state.model)
+        state.trace.record_epoch(epoch, state.model.spec, params, flops)
+        epoch_s = time.perf_counter() - epoch_start
+        state.cumulative_s += epoch_s
+        metrics = {
+            "train/loss": stats.loss,
+            "train/acc": stats.acc,
+            "val/loss": val.loss,
+            "val/acc": val.acc,
+            **tier_accuracies(val, val_tiers, "val"),
+            "train/lr": stats.lr,
+            "train/examples": stats.examples,
+            "time/train_s": stats.seconds,
+            "time/epoch_s": epoch_s,
+            "time/cumulative_s": state.cumulative_s,
+            "throughput/samples_per_s": stats.examples / max(stats.seconds, 1e-9),
+            "model/params": params,
+            "model/flops_per_example": flops["forward"],
+            "train/flops_cumulative": state.cumulative_train_flops,
+            **plan.epoch_info(epoch),
+        }
+        if state.model.spec.exits:  # outside the epoch's time too: a probe of each exit
+            metrics.update(exit_accuracies(state.model, data.val, cfg.eval_batch_size))
+        if data.noisy:  # measured outside the epoch's time: a probe, not part of training
+            metrics.update(noise_metrics(forward, data, positions, val, noise_probe, cfg, state.precision))
+        state.history.append({"epoch": epoch, **metrics})
+        state.epoch = epoch + 1
+        plan.after_epoch(epoch, metrics)
+        if on_epoch is not None:
+            on_epoch(epoch, metrics, state)
+        if checkpoint is not None:
+            checkpoint(state, plan)
+        if meter is not None and meter.exhausted:
+            state.stop_reason = "budget"
+            break
+    else:
+        state.stop_reason = "epochs"
+    return state
+
+
+def _budget_allows(meter, flops_per_train_example: float, done: int, batch: int, elapsed: float) -> bool:
+    return meter.allows(done, batch, flops_per_train_example, elapsed)
+
+
+def _compiled(model: SpecNet, cfg: TrainConfig) -> nn.Module:
+    """What ``fit`` calls for forward passes: ``model`` itself, or with ``--compile`` a compiled
+    wrapper that shares its parameters (so checkpoints and growth see the plain module)."""
+    return torch.compile(model) if cfg.compile else model

@@ -1,0 +1,75 @@
+"""What training carries from epoch to epoch: the model, optimizer, counters, history and the
+architecture trace; a fresh state for a new run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from models.builder import SpecNet, build_model
+from models.spec import ArchSpec
+from pipeline.loop import place_model
+from pipeline.training.config import TrainConfig, make_optimizer
+
+
+@dataclass
+class ArchitectureTrace:
+    """The spec at every epoch and each change to it; JSON-serialisable."""
+
+    specs: dict[str, dict] = field(default_factory=dict)  # spec key -> spec
+    epochs: list[dict] = field(default_factory=list)  # per epoch: spec key, params, flops
+    events: list[dict] = field(default_factory=list)  # growth events, as the plan reports them
+
+    def record_epoch(self, epoch: int, spec: ArchSpec, params: int, flops: dict) -> None:
+        key = f"spec{len(self.specs)}"
+        for existing, value in self.specs.items():
+            if value == spec.to_dict():
+                key = existing
+                break
+        self.specs.setdefault(key, spec.to_dict())
+        self.epochs.append(
+            {
+                "epoch": epoch,
+                "spec": key,
+                "params": params,
+                "flops_forward": flops["forward"],
+                "flops_train": flops["train"],
+            }
+        )
+
+    def to_dict(self) -> dict:
+        return {"specs": self.specs, "epochs": self.epochs, "events": self.events}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ArchitectureTrace:
+        return cls(dict(data["specs"]), list(data["epochs"]), list(data["events"]))
+
+
+@dataclass
+class FitState:
+    """Everything needed to continue training exactly where it stopped."""
+
+    model: SpecNet
+    optimizer: torch.optim.Optimizer
+    epoch: int = 0  # the next epoch to run
+    global_step: int = 0
+    cumulative_s: float = 0.0
+    cumulative_train_flops: float = 0.0
+    history: list[dict] = field(default_factory=list)
+    trace: ArchitectureTrace = field(default_factory=ArchitectureTrace)
+    generator: torch.Generator = field(default_factory=torch.Generator)
+    precision: str = "fp32"  # resolved (fp32, bf16 or fp16); a resumed run keeps its own
+    stop_reason: str = ""  # "epochs": trained them all; "budget": its budget ran out first
+
+
+def new_state(spec: ArchSpec, cfg: TrainConfig, device: torch.device) -> FitState:
+    """A fresh model and optimizer; call after seeding so the initial weights follow the seed."""
+    model = place_model(build_model(spec), device)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    return FitState(
+        model=model,
+        optimizer=make_optimizer(model, cfg),
+        generator=generator,
+        precision=cfg.resolved_precision(device),
+    )
