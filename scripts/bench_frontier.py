@@ -32,7 +32,8 @@ the epoch loop with its validation passes, not MLflow logging) and training FLOP
     CI: the same-time arm's; without it, the largest dynamic FLOPs budget whose mean training
     time is no more than static-12's (the minimal network's epochs cost more time per FLOP on
     CPU, so equal FLOPs is not equal time); every dynamic budget's difference and time ratio is in the JSON;
-(c) the same at equal epochs (dynamic-12ep against static-12), with the wall-clock ratio.
+(c) the same at equal epochs (dynamic-12ep against static-12), with the wall-clock ratio;
+(d) at each budget both arms trained at, dynamic against static given the same FLOPs.
 
 score_difficulty's cost (which the dynamic arms' curriculum needs) is reported beside, charged
 to one run and amortised over the benchmark's dynamic runs. Seeds 0-2 chose the defaults and
@@ -46,6 +47,7 @@ import math
 import os
 import platform
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -109,6 +111,11 @@ def reused_runs(paths: str, lever: str, subset: int) -> tuple[dict[tuple, dict],
     return rows, files
 
 
+def _points(test: dict) -> dict:
+    """A paired test's difference and interval in accuracy points."""
+    return {k: 100 * test[k] for k in ("mean_diff", "ci_low", "ci_high")}
+
+
 def first_match(times: list[float], accs: list[float], target: float) -> float:
     """The first cost at which the piecewise-linear frontier (times ascending) reaches ``target``."""
     for i, (t, a) in enumerate(zip(times, accs)):
@@ -121,26 +128,42 @@ def first_match(times: list[float], accs: list[float], target: float) -> float:
 
 
 def plot(frontier: dict, reference: dict, path: Path, title: str) -> None:
-    """Test accuracy against wall-clock and against FLOPs, one line per arm, legend below."""
+    """Test accuracy against wall-clock and against FLOPs: static's line, and dynamic's through
+    all its points (its budgets in FLOPs, its 12 epochs, static-12's seconds) with a marker for
+    how each was given; legend below."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), constrained_layout=True)
-    colours = {
-        "static": "#1f77b4",
-        "dynamic": "#d62728",
-        "dynamic-12ep": "#2ca02c",
-        "dynamic-same-time": "#9467bd",
+    static, dynamic = "#1f77b4", "#d62728"
+    markers = {
+        "static": ("o", "static (FLOPs budgets)"),
+        "dynamic": ("o", "dynamic (FLOPs budgets)"),
+        "dynamic-12ep": ("s", "dynamic, 12 epochs"),
+        "dynamic-same-time": ("D", "dynamic, static-12's seconds"),
     }
     for ax, key, label in (
         (axes[0], "train_s", "training wall-clock (s)"),
         (axes[1], "flops", "training FLOPs"),
     ):
+        dynamic_points = sorted(
+            (p for arm, points in frontier.items() if arm != "static" for p in points),
+            key=lambda p: p[key]["mean"],
+        )
+        for points, colour in ((frontier["static"], static), (dynamic_points, dynamic)):
+            xs, ys = [p[key]["mean"] for p in points], [100 * p["test_acc"]["mean"] for p in points]
+            ax.plot(xs, ys, color=colour)
         for arm, points in frontier.items():
             if not points:
                 continue
-            xs = [p[key]["mean"] for p in points]
-            ys = [100 * p["test_acc"]["mean"] for p in points]
-            err = [100 * (p["test_acc"]["ci_high"] - p["test_acc"]["mean"]) for p in points]
-            marker = {"dynamic-12ep": "s", "dynamic-same-time": "D"}.get(arm, "o")
-            ax.errorbar(xs, ys, yerr=err, marker=marker, capsize=3, color=colours[arm], label=arm)
+            marker, name = markers[arm]
+            ax.errorbar(
+                [p[key]["mean"] for p in points],
+                [100 * p["test_acc"]["mean"] for p in points],
+                yerr=[100 * (p["test_acc"]["ci_high"] - p["test_acc"]["mean"]) for p in points],
+                marker=marker,
+                ls="none",
+                capsize=3,
+                color=static if arm == "static" else dynamic,
+                label=name,
+            )
         ax.axhline(100 * reference["test_acc"]["mean"], color="grey", ls=":", lw=1, label="static-12 mean")
         ax.axvline(reference[key]["mean"], color="grey", ls="--", lw=1, label="static-12 cost")
         ax.set_xlabel(label)
@@ -148,7 +171,7 @@ def plot(frontier: dict, reference: dict, path: Path, title: str) -> None:
         ax.grid(alpha=0.3)
     axes[1].set_xscale("log")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
+    fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=8)
     fig.suptitle(title)
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -267,14 +290,15 @@ def main(
             runs.append(row)
             print(json.dumps(row), flush=True)
     trained = [r for r in runs if "test_acc" not in r]
-    accuracy = []
+    evaluate_runs = []
     if trained:
         evaluate_run = evaluate.run(evaluate.EvaluateConfig(runs=",".join(r["run_id"] for r in trained)))
         client = mlflow.MlflowClient()
         for row in trained:
             row["test_acc"] = client.get_run(row["run_id"]).data.metrics["test/acc"]
-        accuracy.append(f"test split through evaluate (run {evaluate_run})")
-    accuracy += [f["accuracy"] for f in reused_files]
+        evaluate_runs.append(evaluate_run)
+    for f in reused_files:  # each names its own evaluate runs and those it reused in turn
+        evaluate_runs += re.findall(r"\b[0-9a-f]{32}\b", f["accuracy"])
 
     def cell(arm: str, share: float) -> list[dict]:
         return sorted(
@@ -318,6 +342,18 @@ def main(
         }
         for share in dynamic_shares
     }
+    # (d) each budget both arms trained at: dynamic against static given the same FLOPs, paired
+    # by seed; their time ratio compares runs trained in the same invocation, under one load.
+    at_budget = {
+        share: {
+            "test_points": _points(paired_test(acc("dynamic", share), acc("static", share))),
+            "wallclock_ratio": summary(
+                [d["train_s"] / s["train_s"] for d, s in zip(cell("dynamic", share), cell("static", share))]
+            ),
+        }
+        for share in dynamic_shares
+        if share in shares
+    }
     # (b) is stated at static-12's wall-clock: each seed's own seconds (the same-time arm), else
     # the largest FLOPs budget whose mean time is no more.
     if same_time:
@@ -341,7 +377,7 @@ def main(
         "machine": machine() if trained else reused_files[0]["machine"],
         "subset": subset,
         "static_12_flops": static_12,
-        "accuracy": "; reused: ".join(accuracy),
+        "accuracy": f"test split through evaluate (runs {', '.join(dict.fromkeys(evaluate_runs))})",
         "clock": "time/cumulative_s: epoch loop with validation passes; not MLflow logging or checkpoints",
         "score_difficulty": scoring,
         "score_difficulty_amortised_per_dynamic_run": {
@@ -354,19 +390,18 @@ def main(
         "lever": {"name": lever, "options": LEVERS[lever]},
         "b_dynamic_flops_share": at_share,
         "b_wallclock_ratio": per_share[at_share]["wallclock_ratio"],
-        "b_test_points_at_static_12_wallclock": {
-            k: 100 * at_cost[k] for k in ("mean_diff", "ci_low", "ci_high")
-        },
+        "b_test_points_at_static_12_wallclock": _points(at_cost),
         "b_test": at_cost,
         "per_dynamic_budget": {
             str(share): {
-                "test_points": {k: 100 * v["test"][k] for k in ("mean_diff", "ci_low", "ci_high")},
+                "test_points": _points(v["test"]),
                 "wallclock_ratio": v["wallclock_ratio"],
             }
             for share, v in per_share.items()
         },
-        "c_test_points_at_equal_epochs": {k: 100 * at_epochs[k] for k in ("mean_diff", "ci_low", "ci_high")},
+        "c_test_points_at_equal_epochs": _points(at_epochs),
         "c_wallclock_ratio_at_equal_epochs": summary(time_12),
+        "d_at_equal_budget": {str(share): v for share, v in at_budget.items()},
         "runs": runs,
     }
     out = Path(output_dir)
@@ -394,6 +429,13 @@ def main(
         f"(95% CI {c['ci_low']:+.2f} to {c['ci_high']:+.2f}) in "
         f"{result['c_wallclock_ratio_at_equal_epochs']['mean']:.2f}x the wall-clock"
     )
+    for share, v in at_budget.items():
+        d = v["test_points"]
+        print(
+            f"(d) at {share:g}x static-12's FLOPs: dynamic - static = {d['mean_diff']:+.2f} points "
+            f"(95% CI {d['ci_low']:+.2f} to {d['ci_high']:+.2f}) in {v['wallclock_ratio']['mean']:.2f}x "
+            "static's wall-clock at that budget"
+        )
 
 
 if __name__ == "__main__":
