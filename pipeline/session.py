@@ -28,14 +28,12 @@ from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
 from pipeline import exits, plots
 from pipeline.cli import opt, option_name
 from pipeline.codec import same_param
-from pipeline.curriculum.diet import CurriculumSetup, build_diet, curriculum_pruning, needs_scores
+from pipeline.curriculum.diet import curriculum_pruning
 from pipeline.data.dataset import Data
-from pipeline.difficulty.scores_table import load_scores
 from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.exits import ExitConfig
 from pipeline.logged_model import log_classifier
 from pipeline.loop import pick_device, seed_everything
-from pipeline.plan import CurriculumConfig
 from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.params import shown_param
@@ -411,47 +409,3 @@ def log_final_artifacts(state: FitState, plan: TrainingPlan, tmp: Path, title: s
     save_model(state.model, model_dir / MODEL_FILE)
     (model_dir / "spec.json").write_text(json.dumps(state.model.spec.to_dict(), indent=2))
     mlflow.log_artifacts(str(model_dir), MODEL_ARTIFACT_DIR)
-
-
-# --- curriculum inputs -------------------------------------------------------------------
-
-
-def find_scores_run(data: Data) -> str:
-    """The newest FINISHED score_difficulty run for exactly this data (digest), or ''."""
-    runs = mlflow.search_runs(
-        search_all_experiments=True,
-        filter_string=(
-            f"tags.entry_point = 'score_difficulty' and params.data_digest = '{data.digest}'"
-            " and attributes.status = 'FINISHED'"
-        ),
-        order_by=["attributes.start_time DESC"],
-        max_results=1,
-        output_format="list",
-    )
-    return runs[0].info.run_id if runs else ""
-
-
-def prepare_curriculum(
-    cfg: CurriculumConfig, data: Data, train_cfg: TrainConfig, events: list
-) -> CurriculumSetup:
-    """Find and load the scores a run needs, and build its diet (``build_diet``); fails
-    before any training."""
-    needs = needs_scores(cfg)
-    ref = cfg.scores_run.strip()
-    if ref == "auto":
-        ref = find_scores_run(data)
-        if not ref and needs:
-            raise UpstreamError(
-                f"--pacing {cfg.pacing}{f' --hold-back {cfg.hold_back:g}' if cfg.hold_back else ''} "
-                "needs difficulty scores and no finished score_difficulty run "
-                f"matches this data (digest {data.digest}): run `mlflow run . -e score_difficulty` "
-                "with the same data options first, pass --scores-run, or use --pacing none"
-                + (" without --hold-back" if cfg.hold_back else "")
-            )
-    elif ref in ("", "none"):
-        if needs:
-            what = f"--pacing {cfg.pacing}" if cfg.pacing != "none" else f"--hold-back {cfg.hold_back:g}"
-            raise UpstreamError(f"{what} needs --scores-run (a score_difficulty run)")
-        ref = ""
-    table = load_scores(ref, data) if ref else None
-    return build_diet(cfg, table, data, events, train_cfg)

@@ -56,11 +56,11 @@ from models.io import load_model
 from pipeline import evaluate, exits, score_difficulty, train_dynamic, train_static
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
-from pipeline.difficulty.scores_table import load_scores
+from pipeline.difficulty.scores_table import find_scores_run, load_scores
 from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.exits import ExitConfig
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
-from pipeline.session import RunConfig, find_scores_run
+from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
 from pipeline.training.config import TrainConfig
 

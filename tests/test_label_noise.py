@@ -13,13 +13,14 @@ from pipeline.data.label_noise import ASYMMETRIC_MAPS, check_noise, flip_labels,
 from pipeline.data.sources import FASHION_MNIST_CLASSES
 from pipeline.data.splits import load_data
 from pipeline.loop import seed_everything
-from pipeline.main import NOISE_HOLD_BACK, Diet, MainConfig, resolve_preset
+from pipeline.main import MainConfig, resolve_preset
 from pipeline.report.runs import setting_of
 from pipeline.score_difficulty import Scored, noise_metrics, noise_report
 from pipeline.stats import roc_auc
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
 from pipeline.training.state import new_state
+from pipeline.workflow.presets import NOISE_HOLD_BACK, Diet
 
 NOISY = DataConfig(subset=2000, label_noise=0.4)
 

@@ -7,7 +7,8 @@
 - ``strategies``: ``Curriculum`` and its strategies (all data, tier stages, paced fraction,
   self-paced), built for a run's epochs and training-set size, one registry;
 - ``diet``: a run's curriculum and pruning built together, with the project's rule that ties
-  them to growth.
+  them to growth;
+- ``inputs``: a run's ``--scores-run`` resolved, its scores loaded and its diet built.
 
-Pure: no MLflow inside.
+Pure: no MLflow inside, except where ``inputs`` finds and loads the scores.
 """

@@ -6,7 +6,7 @@ and stops where retired examples rejoin (``make_pruner``); and pruning belongs t
 curriculum, so a run without one prunes nothing by default and isolates growth
 (``curriculum_pruning``). ``build_diet`` builds the curriculum and the pruner from a run's
 options, its scores, its growth events and its epochs, and fails before any training if they
-cannot work. Pure: no MLflow inside (``pipeline/session.py`` finds and loads the scores).
+cannot work. Pure: no MLflow inside (``inputs`` finds and loads the scores).
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ One row per example of the train, validation and test splits:
 ``index`` is the example's stable index (``Split.index``), so rows are matched to a split by
 index, never by position. The parquet file carries the data digest and scorer settings in its
 metadata, so the file alone says what data it belongs to; ``load_scores`` checks that against
-the data the consuming step loaded before handing anything over.
+the data the consuming step loaded before handing anything over. ``find_scores_run`` finds the
+newest table for a data digest.
 """
 
 from __future__ import annotations
@@ -133,6 +134,22 @@ def parse_ref(ref: str) -> tuple[str, str]:
             path = path.rstrip("/") + "/" + Path(SCORES_ARTIFACT).name
         return run_id, path
     return ref, SCORES_ARTIFACT
+
+
+def find_scores_run(data: Data) -> str:
+    """The newest FINISHED score_difficulty run for exactly this data (digest), or '' (what
+    ``--scores-run auto`` resolves to)."""
+    runs = mlflow.search_runs(
+        search_all_experiments=True,
+        filter_string=(
+            f"tags.{ENTRY_POINT_TAG} = '{PRODUCER}' and params.data_digest = '{data.digest}'"
+            " and attributes.status = 'FINISHED'"
+        ),
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+        output_format="list",
+    )
+    return runs[0].info.run_id if runs else ""
 
 
 # Tables read, by (tracking store, run id, artifact): a FINISHED run's artifacts do not change,

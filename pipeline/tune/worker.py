@@ -25,6 +25,7 @@ from pipeline.budget import scale_epoch
 from pipeline.codec import flat_params, non_default_params
 from pipeline.curriculum.checks import CurriculumError
 from pipeline.curriculum.diet import curriculum_pruning
+from pipeline.curriculum.inputs import prepare_curriculum
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.logged_model import log_classifier
@@ -32,7 +33,6 @@ from pipeline.loop import DivergenceError, pick_device, seed_everything
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
 from pipeline.pruning import PruningError
 from pipeline.run_length import resolve_run_length
-from pipeline.session import prepare_curriculum
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.errors import FAILURE_TAG, one_line
 from pipeline.tracking.params import log_params_shown

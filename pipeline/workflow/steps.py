@@ -1,0 +1,117 @@
+"""main's steps: each one launched through ``mlflow run`` as a child of main's run, or a FINISHED
+run with the same entry point, parameters (compared as values), code version and data digest
+reused instead.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import click
+import mlflow
+
+from pipeline.codec import default_params, flat_params, same_param
+from pipeline.tracking.errors import Terminated, UpstreamError
+from pipeline.tracking.params import shown_param
+from pipeline.tracking.runs import code_version, unique_run_name, wait_closed
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def same_params(wanted: dict, logged: dict) -> bool:
+    """Whether a run logged these parameters (its name aside: a rerun may be ``static-s0-2``)."""
+    return all(
+        k in logged and same_param(shown_param(k, v), logged[k]) for k, v in wanted.items() if k != "run_name"
+    )
+
+
+def find_reusable(entry_point: str, params: dict, data_digest: str) -> str:
+    """A FINISHED run of ``entry_point`` with these parameters, code and data, or ''."""
+    version = code_version()
+    if version == "unknown":
+        return ""
+    runs = mlflow.search_runs(
+        search_all_experiments=True,
+        output_format="list",
+        order_by=["attributes.start_time DESC"],
+        filter_string=(
+            f"tags.entry_point = '{entry_point}' and attributes.status = 'FINISHED' "
+            f"and tags.code_version = '{version}'"
+        ),
+    )
+    for run in runs:
+        if data_digest and run.data.params.get("data_digest") != data_digest:
+            continue
+        if same_params(params, run.data.params):
+            return run.info.run_id
+    return ""
+
+
+class StepRunner:
+    """Runs steps through ``mlflow run``, reusing finished runs with the same inputs."""
+
+    def __init__(self, env_manager: str, experiment_id: str, parent_run_id: str, data_digest: str):
+        self.env_manager, self.experiment_id = env_manager, experiment_id
+        self.parent_run_id, self.data_digest = parent_run_id, data_digest
+        self.log: list[dict] = []
+
+    def __call__(self, entry_point: str, **overrides) -> str:
+        params = {**default_params(entry_point), **flat_params(overrides)}
+        digest = self.data_digest if entry_point != "evaluate" else ""
+        run_id = find_reusable(entry_point, params, digest)
+        reused = bool(run_id)
+        if reused:
+            click.echo(f"main: reusing {entry_point} run {run_id}", err=True)
+        else:
+            name = unique_run_name(self.experiment_id, params.get("run_name") or entry_point)
+            params["run_name"] = name
+            click.echo(f"main: running {entry_point} as {name}", err=True)
+            # The step's run is made here, named and under main, rather than by `mlflow run`,
+            # which would log every parameter shell-quoted ('' for an empty one, the spec JSON
+            # in quotes) and refuse the step's plain values afterwards.
+            step_run = mlflow.MlflowClient().create_run(
+                self.experiment_id,
+                run_name=name,
+                tags={
+                    "mlflow.parentRunId": self.parent_run_id,
+                    "mlflow.project.entryPoint": entry_point,
+                    "mlflow.source.type": "PROJECT",
+                    "mlflow.source.name": str(REPO),
+                },
+            )
+            submitted = mlflow.projects.run(
+                str(REPO),
+                entry_point=entry_point,
+                parameters=params,
+                env_manager=self.env_manager,
+                experiment_id=self.experiment_id,
+                synchronous=False,
+                run_id=step_run.info.run_id,
+            )
+            try:
+                succeeded = submitted.wait()
+            except (KeyboardInterrupt, Terminated):
+                # Pass the signal on and wait: the step ends KILLED with its checkpoint, then main.
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                submitted.cancel()
+                # `bash -c` may stand between: the step then sees its launcher gone, within a second.
+                wait_closed(submitted.run_id)
+                raise
+            if not succeeded:
+                raise UpstreamError(
+                    f"step {entry_point} (run {submitted.run_id}) failed: "
+                    "see that run's failure_reason tag and log"
+                )
+            run_id = submitted.run_id
+        self.log.append(
+            {
+                "entry_point": entry_point,
+                "run_id": run_id,
+                "reused": reused,
+                **flat_params(overrides),
+                "run_name": mlflow.MlflowClient().get_run(run_id).info.run_name,
+            }
+        )
+        return run_id
