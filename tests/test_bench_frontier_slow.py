@@ -4,6 +4,7 @@ own seed's static-12 seconds, every run is evaluated on the test split, and (b) 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -89,3 +90,31 @@ def test_the_frontier_pairs_each_seeds_same_time_run_with_its_static_run(trackin
             half["epochs"] == 6
             and half["test_acc"] == client.get_run(half["run_id"]).data.metrics["test/acc"]
         )
+
+    # Joining both outputs with nothing missing trains nothing: the summary and plot only.
+    joined = tmp_path / "joined"
+    join = subprocess.run(
+        [
+            *BENCH,
+            *args[:4],
+            "--fractions",
+            "0.5,1",
+            "--dynamic-fractions",
+            "none",
+            "--reuse",
+            f"{out / 'frontier.json'},{more / 'frontier.json'}",
+            "--output-dir",
+            str(joined),
+        ],
+        env=subprocess_env(tracking),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert join.returncode == 0, join.stderr[-3000:]
+    summary = json.loads((joined / "frontier.json").read_text())
+    assert {(r["seed"], r["arm"], r["fraction"]): r for r in summary["runs"]} == after
+    first = json.loads((out / "frontier.json").read_text())
+    assert summary["frontier"] == grown["frontier"] and summary["machine"] == first["machine"]
+    assert all(run_id in summary["accuracy"] for run_id in re.findall(r"[0-9a-f]{32}", grown["accuracy"]))
+    assert (joined / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
