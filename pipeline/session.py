@@ -352,11 +352,17 @@ def set_exit_thresholds(
     given = exit_cfg.thresholds_for(model.spec)
     measure = model.exit_confidence = exit_cfg.exit_confidence
     model.exit_thresholds = (
-        given if given is not None else exits.calibrate(logits, y, exit_cfg.exit_acc_loss, measure)
+        given
+        if given is not None
+        else exits.calibrate(logits, y, exit_cfg.exit_acc_loss, measure, rule=exit_cfg.exit_calibration)
     )
     flops = exits.exit_flops(model)
     predictions, taken = exits.simulate(logits, model.exit_thresholds, measure)
     metrics = exits.exit_summary(predictions, taken, y, flops, model.spec, "val/")
+    # the loss at the thresholds, measured and as its upper bound, in points
+    right_head, right = logits[-1].argmax(1) == y, predictions == y
+    for rule, name in (("point", "val/exit_acc_loss"), ("bound", "val/exit_acc_loss_bound")):
+        metrics[name] = exits.acc_loss(right_head, right, rule)
     metrics["val/flops_full"] = float(flops_per_example(model, model.spec.input_shape)["forward"])
     if val_tiers is not None:
         for t, name in enumerate(TIER_NAMES):
@@ -370,6 +376,16 @@ def set_exit_thresholds(
     mlflow.log_metrics(metrics)
     mlflow.set_tag("exit_thresholds", json.dumps(list(model.exit_thresholds)))
     mlflow.set_tag("exit_thresholds_source", "given" if given is not None else "calibrated")
+    if given is None:
+        mlflow.set_tag("exit_calibration", exit_cfg.exit_calibration)
+        if all(t >= 1.0 for t in model.exit_thresholds):
+            click.echo(
+                f"exits: no threshold keeps the validation loss's {exit_cfg.exit_calibration} within "
+                f"--exit-acc-loss {exit_cfg.exit_acc_loss:g} on {len(y)} examples, so no example "
+                "leaves early (a larger validation split, a larger budget or --exit-calibration "
+                "point lets some out)",
+                err=True,
+            )
     mlflow.set_tag("exit_confidence", measure)
 
 

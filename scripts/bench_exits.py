@@ -5,6 +5,10 @@
     OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_exits.py --arms dynamic+exits,static+exits \
         --calibrations maxprob-coarse,maxprob-fine,entropy-coarse,entropy-fine \
         --output docs/results/exits/bench_exits_calibration.json    # thresholds re-chosen
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_exits.py --arms dynamic+exits \
+        --reuse docs/results/exits/bench_exits_calibration.json \
+        --calibrations maxprob-fine-bound,entropy-fine-bound,maxprob-fine \
+        --output docs/results/exits/bench_exits_calibration_bound.json  # same runs, new rules
 
 Arms, per seed (12 epochs, default options otherwise):
 
@@ -27,8 +31,12 @@ ours. Seeds 0-2 are the tuning seeds and are refused unless ``--allow-tuning-see
 ``--calibrations`` re-chooses the exits arms' thresholds from the trained weights and the
 validation split alone, per variant (confidence measure and search), and evaluates each on the
 test split through ``evaluate --exit-threshold --exit-confidence``: the same trained models
-under max softmax and entropy, and under issue 14's coarse shared grid and the fine per-exit
-search. ``saved`` (the default) evaluates at the thresholds training saved with the model.
+under max softmax and entropy, under issue 14's coarse shared grid and the fine per-exit
+search, and under the two rules of ``--exit-calibration``: the loss measured on validation
+(``point``: the variants without a suffix) or its 95% upper confidence bound (``-bound``).
+``saved`` (the default) evaluates at the thresholds training saved with the model.
+``--reuse`` takes the trained runs (and scores run) from another output of this script, so new
+threshold choices on the same models go to a file of their own.
 
 The JSON output is rewritten after every run (``--resume`` reads it back and skips what is
 done). Writes runs to MLFLOW_TRACKING_URI (default sqlite:///mlflow.db), experiment
@@ -79,15 +87,19 @@ COARSE_CANDIDATES = np.unique(
     np.concatenate([np.linspace(0.0, 0.9, 10), 1 - np.geomspace(0.1, 1e-5, 41), [1.0]])
 )
 # Threshold choices to compare: (confidence measure, candidate grid, per-exit search, accuracy
-# points allowed to be lost on validation; None: --exit-acc-loss's default). The "-loss0"
-# variants are the user's other choice of rule (--exit-acc-loss 0), not a tuning on test.
+# points allowed to be lost on validation (None: --exit-acc-loss's default), how the loss is
+# read (--exit-calibration)). The "-loss0" variants are the user's other choice of budget
+# (--exit-acc-loss 0), not a tuning on test; the "-bound" ones hold the loss's 95% upper
+# confidence bound, not its point, within the budget (a bound at budget 0 never exits).
 CALIBRATIONS = {
-    "maxprob-coarse": ("maxprob", COARSE_CANDIDATES, False, None),
-    "maxprob-fine": ("maxprob", exits.CANDIDATES, True, None),
-    "entropy-coarse": ("entropy", COARSE_CANDIDATES, False, None),
-    "entropy-fine": ("entropy", exits.CANDIDATES, True, None),
-    "maxprob-fine-loss0": ("maxprob", exits.CANDIDATES, True, 0.0),
-    "entropy-fine-loss0": ("entropy", exits.CANDIDATES, True, 0.0),
+    "maxprob-coarse": ("maxprob", COARSE_CANDIDATES, False, None, "point"),
+    "maxprob-fine": ("maxprob", exits.CANDIDATES, True, None, "point"),
+    "entropy-coarse": ("entropy", COARSE_CANDIDATES, False, None, "point"),
+    "entropy-fine": ("entropy", exits.CANDIDATES, True, None, "point"),
+    "maxprob-fine-loss0": ("maxprob", exits.CANDIDATES, True, 0.0, "point"),
+    "entropy-fine-loss0": ("entropy", exits.CANDIDATES, True, 0.0, "point"),
+    "maxprob-fine-bound": ("maxprob", exits.CANDIDATES, True, None, "bound"),
+    "entropy-fine-bound": ("entropy", exits.CANDIDATES, True, None, "bound"),
 }
 
 
@@ -115,18 +127,21 @@ def arm_figures(run_id: str) -> dict:
 def recalibrate(run_id: str, variant: str, data, val_tiers, acc_loss: float) -> dict:
     """The thresholds ``variant`` chooses for a trained run, from its weights and the validation
     split only, with what they get there (overall and per tier)."""
-    measure, candidates, per_exit, loss = CALIBRATIONS[variant]
+    measure, candidates, per_exit, loss, rule = CALIBRATIONS[variant]
     acc_loss = acc_loss if loss is None else loss
     with tempfile.TemporaryDirectory() as tmp:
         path = mlflow.MlflowClient().download_artifacts(run_id, "model/model.safetensors", tmp)
         model = load_model(path)
     logits = exits.all_exit_logits(model, data.val.x)  # (K+1, N, classes)
     y = data.val.y
-    thresholds = exits.calibrate(logits, y, acc_loss, measure, candidates, per_exit)
+    thresholds = exits.calibrate(logits, y, acc_loss, measure, candidates, per_exit, rule)
     predictions, taken = exits.simulate(logits, thresholds, measure)
+    right_head, right = logits[-1].argmax(1) == y, predictions == y
     val = {
-        "acc_head": float((logits[-1].argmax(1) == y).float().mean()),
-        "acc_adaptive": float((predictions == y).float().mean()),
+        "acc_head": float(right_head.float().mean()),
+        "acc_adaptive": float(right.float().mean()),
+        "acc_loss_bound_points": exits.acc_loss(right_head, right, "bound"),
+        "discordant_b_c_n": list(exits.discordant(right_head, right)),
         "exit1_share": float((taken == 0).float().mean()),
     }
     flops = torch.tensor(exits.exit_flops(model), dtype=torch.float64)
@@ -134,6 +149,7 @@ def recalibrate(run_id: str, variant: str, data, val_tiers, acc_loss: float) -> 
     val["flops_ratio"] = float(flops[taken].mean()) / full
     out = {
         "confidence": measure,
+        "calibration": rule,
         "acc_loss_points_allowed": acc_loss,
         "thresholds": list(thresholds),
         "saved_thresholds": list(model.exit_thresholds or []),
@@ -192,6 +208,10 @@ def summarise(results: dict) -> dict:
                 figure["val_acc_loss_points"] = _stat(
                     [d["val"]["acc_head"] - d["val"]["acc_adaptive"] for d in done], 100
                 )
+                if all("acc_loss_bound_points" in d["val"] for d in done):
+                    figure["val_acc_loss_bound_points"] = _stat(
+                        [d["val"]["acc_loss_bound_points"] for d in done]
+                    )
                 figure["val_exit1_share"] = {
                     k.removeprefix("exit1_share").lstrip("_") or "all": _stat([d["val"][k] for d in done])
                     for k in done[0]["val"]
@@ -328,6 +348,10 @@ def markdown(summary_: dict) -> str:
         ("seeds", lambda f: str(f["n_seeds"])),
         ("thresholds (per seed)", thresholds),
         ("validation accuracy lost, points", lambda f: ci(f.get("val_acc_loss_points", {}))),
+        (
+            "... its 95% upper bound, points",
+            lambda f: ci(f.get("val_acc_loss_bound_points", {})),
+        ),
         ("validation FLOPs, adaptive / full", lambda f: ci(f.get("val_flops_ratio", {}), "{:.3f}")),
         (
             "keeping half the hard tier deep (validation): shared threshold",
@@ -462,9 +486,10 @@ def plot_calibrations(results: dict, path: Path) -> None:
     ]
     fig, axes = plt.subplots(1, len(arms), figsize=(7 * len(arms), 5), squeeze=False)
     colours = {"maxprob": "tab:blue", "entropy": "tab:green"}
-    markers = {"coarse": "s", "fine": "o", "loss0": "^"}
+    markers = {"coarse": "s", "fine": "o", "loss0": "^", "bound": "*"}
     for ax, arm in zip(axes[0], arms):
         labelled: set = set()
+        drawn: set = set()
         fulls = []
         for seed in sorted(results, key=int):
             done = results[seed].get(arm, {}).get("calibrations", {})
@@ -472,11 +497,13 @@ def plot_calibrations(results: dict, path: Path) -> None:
                 if not entry.get("curve"):
                     continue
                 measure, grid = variant.split("-")[:2]
-                if variant.endswith("-loss0"):
-                    grid = "loss0"
+                if variant.endswith(("-loss0", "-bound")):
+                    grid = variant.rsplit("-", 1)[1]
                 curve = entry["curve"]
                 fulls.append(100 * curve["acc_full"])
-                if grid == "fine":  # the fine grid's curve: every 0.01 of the shared threshold
+                # each seed's test curve over shared thresholds (every variant on a measure has it)
+                if (seed, measure) not in drawn:
+                    drawn.add((seed, measure))
                     points = sorted(curve["curve"], key=lambda p: p["flops"])
                     label = f"{measure}: shared thresholds" if measure not in labelled else None
                     labelled.add(measure)
@@ -485,7 +512,8 @@ def plot_calibrations(results: dict, path: Path) -> None:
                 label = f"{variant}: calibrated" if variant not in labelled else None
                 labelled.add(variant)
                 ax.plot(curve["flops_adaptive"] / 1e6, 100 * curve["acc_adaptive"], markers[grid],
-                        color=colours[measure], ms=7, markeredgecolor="k", label=label)  # fmt: skip
+                        color=colours[measure], ms=12 if grid == "bound" else 7, markeredgecolor="k",
+                        label=label)  # fmt: skip
                 ax.plot(curve["flops_full"] / 1e6, 100 * curve["acc_full"], "D", color="grey", ms=6,
                         label=None if "full" in labelled else "full network (each seed)")  # fmt: skip
                 labelled.add("full")
@@ -498,12 +526,34 @@ def plot_calibrations(results: dict, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize=8)
     fig.suptitle(
-        "Early exits: max softmax vs entropy; coarse shared vs fine per-exit thresholds; ^ = acc-loss 0",
+        "Early exits: max softmax vs entropy; coarse shared vs fine per-exit thresholds;\n"
+        "o/s: loss on validation within 0.2 points; ^: within 0; *: its 95% upper bound within 0.2",
         fontsize=9,
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def figure_path(output: Path, name: str) -> Path:
+    """``name``.png beside the JSON; an output named other than the defaults adds its own tail
+    (bench_exits_calibration_bound.json: accuracy_vs_flops_calibrations_bound.png), so outputs
+    on the same runs never overwrite each other's figures."""
+    tail = output.stem.removeprefix("bench_exits").removeprefix("_calibration").lstrip("_")
+    return output.with_name(f"{name}_{tail}.png" if tail else f"{name}.png")
+
+
+def reused_runs(path: str) -> tuple[dict, str]:
+    """The trained runs (seed -> arm -> run id) and scores run of another output of this script."""
+    try:
+        earlier = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise click.UsageError(f"--reuse {path}: cannot read it ({err})") from None
+    runs = {
+        seed: {arm: {"run_id": entry["run_id"]} for arm, entry in arms.items() if "run_id" in entry}
+        for seed, arms in earlier.get("runs", {}).items()
+    }
+    return runs, earlier.get("scores_run", "")
 
 
 def _write(output: Path, payload: dict) -> None:
@@ -523,6 +573,11 @@ def _write(output: Path, payload: dict) -> None:
 @click.option("--output", default="docs/results/exits/bench_exits.json", show_default=True)
 @click.option("--resume", "resume", is_flag=True, help="skip the runs the output file already holds")
 @click.option(
+    "--reuse",
+    default="",
+    help="another output of this script whose trained runs to use (nothing of theirs is retrained)",
+)
+@click.option(
     "--calibrations",
     default="saved",
     show_default=True,
@@ -537,6 +592,7 @@ def main(
     scores_run: str,
     output: str,
     resume: bool,
+    reuse: str,
     calibrations: str,
 ) -> None:
     seed_list = [int(s) for s in seeds.split(",")]
@@ -557,6 +613,13 @@ def main(
     out_path = Path(output)
     payload = json.loads(out_path.read_text()) if resume and out_path.exists() else {}
     results: dict = payload.get("runs", {})
+    if reuse:
+        trained, reused_scores = reused_runs(reuse)
+        for seed, arms_of_seed in trained.items():
+            for arm, entry in arms_of_seed.items():
+                results.setdefault(seed, {}).setdefault(arm, {}).setdefault("run_id", entry["run_id"])
+        payload.setdefault("scores_run", reused_scores)
+        payload["reused_runs_from"] = reuse
     data_cfg = DataConfig(subset=subset)
     data = load_data(data_cfg)
     scores_run = scores_run or payload.get("scores_run") or find_scores_run(data)
@@ -628,9 +691,9 @@ def main(
     payload["loadavg_1_5_15_at_end"] = list(os.getloadavg())
     _write(out_path, payload)
     if any(entry.get("curve") for arms_of_seed in results.values() for entry in arms_of_seed.values()):
-        plot_curves(results, out_path.with_name("accuracy_vs_flops.png"))
+        plot_curves(results, figure_path(out_path, "accuracy_vs_flops"))
     if any(v in CALIBRATIONS for v in variants):
-        plot_calibrations(results, out_path.with_name("accuracy_vs_flops_calibrations.png"))
+        plot_calibrations(results, figure_path(out_path, "accuracy_vs_flops_calibrations"))
     table = markdown(payload["summary"])
     out_path.with_suffix(".md").write_text(table + "\n")
     print(table)

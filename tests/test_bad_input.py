@@ -266,6 +266,12 @@ CASES = [
         "--exit-confidence 'margin' is unknown (known: maxprob, entropy)",
     ),
     Case(
+        "unknown exit calibration rule",
+        DYNAMIC,
+        (*SCORED, "--exits", "stages", "--exit-calibration", "median"),
+        "--exit-calibration 'median' is unknown (known: bound, point)",
+    ),
+    Case(
         "unknown exit confidence in evaluate",
         "evaluate",
         ("--exit-confidence", "margin"),

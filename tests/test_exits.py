@@ -80,6 +80,8 @@ def test_exit_options_are_checked():
         ConfidenceError, match=r"--exit-confidence 'margin' is unknown \(known: maxprob, entropy\)"
     ):
         ExitConfig(exit_confidence="margin").validate()
+    with pytest.raises(ExitError, match=r"--exit-calibration 'median' is unknown \(known: bound, point\)"):
+        ExitConfig(exit_calibration="median").validate()
     with pytest.raises(ExitError, match="outside"):
         ExitConfig(exit_threshold="1.2").validate()
     with pytest.raises(ExitError, match="outside"):
@@ -235,10 +237,10 @@ def test_calibration_takes_the_lowest_threshold_within_the_allowed_loss():
     exit0[: n // 2, 0] = 6.0  # confident and right (max softmax ~0.995)
     exit0[n // 2 :, 1] = 1.0  # unsure and wrong (max softmax ~0.58)
     logits = torch.stack([exit0, head])
-    (t,) = exits.calibrate(logits, y, acc_loss_points=0.2)
+    (t,) = exits.calibrate(logits, y, acc_loss_points=0.2, rule="point")
     predictions, taken = exits.simulate(logits, [t])
     assert bool((predictions == y).all()) and (taken == 0).sum() == n // 2
-    (loose,) = exits.calibrate(logits, y, acc_loss_points=60)
+    (loose,) = exits.calibrate(logits, y, acc_loss_points=60, rule="point")
     assert loose < t
 
 
@@ -352,12 +354,12 @@ def test_the_fine_grid_finds_a_threshold_between_the_old_coarse_steps():
     exit0 = torch.cat([_sure(0.95, 0, 100), _sure(0.75, 0, 100), _sure(0.725, 1, 100)])
     head = _sure(0.99, 0, 300)
     logits = torch.stack([exit0, head])
-    (t,) = exits.calibrate(logits, y, acc_loss_points=0.2)
+    (t,) = exits.calibrate(logits, y, acc_loss_points=0.2, rule="point")
     assert t == pytest.approx(0.73)
     _, taken = exits.simulate(logits, [t])
     assert int((taken == 0).sum()) == 200
     coarse = np.array([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
-    assert exits.calibrate(logits, y, 0.2, candidates=coarse) == (0.8,)
+    assert exits.calibrate(logits, y, 0.2, candidates=coarse, rule="point") == (0.8,)
 
 
 def test_per_exit_calibration_lowers_a_later_exit_below_the_shared_threshold_and_keeps_the_rule():
@@ -370,8 +372,8 @@ def test_per_exit_calibration_lowers_a_later_exit_below_the_shared_threshold_and
     exit1 = torch.cat([_sure(0.95, 0, n), _sure(0.55, 0, n), _sure(0.5, 2, n)])
     head = _sure(0.99, 0, 3 * n)
     logits = torch.stack([exit0, exit1, head])
-    shared = exits.calibrate(logits, y, 0.2, per_exit=False)
-    t0, t1 = exits.calibrate(logits, y, 0.2)
+    shared = exits.calibrate(logits, y, 0.2, per_exit=False, rule="point")
+    t0, t1 = exits.calibrate(logits, y, 0.2, rule="point")
     assert shared[0] == shared[1] == pytest.approx(0.8) and t0 == pytest.approx(0.8)
     assert t1 < 0.55 and t1 >= 0.5
     predictions, taken = exits.simulate(logits, [t0, t1])
@@ -382,6 +384,18 @@ def test_per_exit_calibration_lowers_a_later_exit_below_the_shared_threshold_and
     assert cost < float(torch.tensor(flops, dtype=torch.float)[shared_taken].mean())
 
 
+def _growing_exits(seed: int, k_exits: int, n: int = 400, classes: int = 5):
+    """Random logits (K+1, n, classes) of exits that grow more accurate with depth (the label's
+    logit boosted more each exit), and the labels."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, classes, (n,), generator=g)
+    logits = torch.randn(k_exits + 1, n, classes, generator=g) * 2
+    for k in range(k_exits + 1):
+        logits[k, torch.arange(n), y] += 1.0 + k
+    return logits, y
+
+
+@pytest.mark.parametrize("rule", list(exits.CALIBRATION_RULES))
 @pytest.mark.parametrize("measure", list(CONFIDENCES))
 @settings(max_examples=25, deadline=None)
 @given(
@@ -389,25 +403,90 @@ def test_per_exit_calibration_lowers_a_later_exit_below_the_shared_threshold_and
     k_exits=st.integers(1, 3),
     loss=st.sampled_from([0.0, 0.2, 1.0, 5.0]),
 )
-def test_calibration_always_keeps_its_rule_on_the_split_it_saw(measure, seed, k_exits, loss):
-    g = torch.Generator().manual_seed(seed)
-    n, classes = 400, 5
-    y = torch.randint(0, classes, (n,), generator=g)
-    # exits that grow more accurate with depth: the label's logit boosted more each exit
-    logits = torch.randn(k_exits + 1, n, classes, generator=g) * 2
-    for k in range(k_exits + 1):
-        logits[k, torch.arange(n), y] += 1.0 + k
-    thresholds = exits.calibrate(logits, y, loss, measure)
+def test_calibration_always_keeps_its_rule_on_the_split_it_saw(rule, measure, seed, k_exits, loss):
+    logits, y = _growing_exits(seed, k_exits)
+    thresholds = exits.calibrate(logits, y, loss, measure, rule=rule)
     assert len(thresholds) == k_exits and all(0 <= t <= 1 for t in thresholds)
     predictions, _ = exits.simulate(logits, thresholds, measure)
-    head = float((logits[-1].argmax(1) == y).float().mean())
-    assert float((predictions == y).float().mean()) >= head - loss / 100 - 1e-9
+    right_head, right = logits[-1].argmax(1) == y, predictions == y
+    # the rule holds at the thresholds, or none was found and nothing leaves early (the head)
+    assert exits.acc_loss(right_head, right, rule) <= loss + 1e-9 or all(t == 1.0 for t in thresholds)
+    if rule == "point":  # measured, the loss is the accuracy difference (exact, in float64)
+        assert float(right.double().mean()) >= float(right_head.double().mean()) - loss / 100 - 1e-9
     # per exit never costs more FLOPs than the shared threshold (deeper exits cost more)
     flops = torch.arange(1, k_exits + 2, dtype=torch.float)
-    shared = exits.calibrate(logits, y, loss, measure, per_exit=False)
+    shared = exits.calibrate(logits, y, loss, measure, per_exit=False, rule=rule)
     _, taken = exits.simulate(logits, thresholds, measure)
     _, shared_taken = exits.simulate(logits, shared, measure)
     assert float(flops[taken].mean()) <= float(flops[shared_taken].mean()) + 1e-9
+
+
+# --- the upper-bound rule --------------------------------------------------------------------
+
+
+def test_the_upper_bound_equals_a_hand_computation():
+    """b = 6 discordant pairs against adaptive inference, c = 2 for it, of n = 100. Agresti-Min
+    adds 1/2 to each cell: b = 6.5, c = 2.5, n = 102, so the loss is 4 / 102 = 0.0392157, its
+    variance (9 - 16 / 102) / 102^2 = 0.00084997, sd 0.0291543; one-sided 95%: z = 1.6448536,
+    bound = 0.0392157 + 1.6448536 * 0.0291543 = 0.0871703, 8.717 points (point rule: 4.0)."""
+    assert exits.upper_bound_loss(6, 2, 100) == pytest.approx(8.71703, abs=1e-4)
+    assert exits.point_loss(6, 2, 100) == pytest.approx(4.0)
+    # no discordant pair: the bound is z / (n + 2), not the plain Wald bound's zero
+    assert exits.upper_bound_loss(0, 0, 1000) == pytest.approx(100 * 1.6448536 / 1002, abs=1e-5)
+    # counts from correctness vectors: head right / adaptive wrong, and the other way round
+    head = torch.tensor([1, 1, 1, 0, 0, 1], dtype=torch.bool)
+    adaptive = torch.tensor([1, 0, 0, 1, 0, 1], dtype=torch.bool)
+    assert exits.discordant(head, adaptive) == (2, 1, 6)
+    assert exits.acc_loss(head, adaptive, "point") == pytest.approx(100 / 6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 20_000), data=st.data())
+def test_the_upper_bound_is_above_the_point_and_grows_with_the_losing_pairs(n, data):
+    b = data.draw(st.integers(0, n))
+    c = data.draw(st.integers(0, n - b))
+    bound = exits.upper_bound_loss(b, c, n)
+    assert bound > exits.point_loss(b, c, n)
+    if b + c < n:
+        assert exits.upper_bound_loss(b + 1, c, n) > bound
+
+
+def test_the_bound_rule_keeps_wrong_leavers_in_that_the_point_rule_lets_out():
+    """n = 1000, the head always right. Exit 0 is right and sure (0.999) on 898, wrong on two at
+    0.955 and wrong on 100 at 0.505. The point rule may lose 2 of 1000 (0.2 points): it lets the
+    two out and stops above 0.505, at 0.51. Their bound is 0.484 points (b = 2, c = 0: by hand,
+    (2 + 1.6449 * sqrt(3 - 4/1002)) / 1002), over the budget, so the bound rule stops at 0.96,
+    where nobody wrong leaves (bound z / 1002 = 0.164 points)."""
+    y = torch.zeros(1000, dtype=torch.long)
+    exit0 = torch.cat([_sure(0.999, 0, 898), _sure(0.955, 1, 2), _sure(0.505, 1, 100)])
+    logits = torch.stack([exit0, _sure(0.99, 0, 1000)])
+    assert exits.calibrate(logits, y, 0.2, rule="point") == pytest.approx((0.51,))
+    assert exits.calibrate(logits, y, 0.2, rule="bound") == pytest.approx((0.96,))
+    assert exits.upper_bound_loss(2, 0, 1000) == pytest.approx(0.48374, abs=1e-4)
+    # at budget 0 the bound never passes (it is z / (n + 2) even with no loss): never exit
+    assert exits.calibrate(logits, y, 0.0, rule="bound") == (1.0,)
+    assert ExitConfig().exit_calibration == exits.DEFAULT_CALIBRATION == "bound"
+
+
+@pytest.mark.parametrize("measure", list(CONFIDENCES))
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    k_exits=st.integers(1, 3),
+    loss=st.sampled_from([0.0, 0.2, 1.0, 5.0]),
+)
+def test_the_bound_rule_never_picks_a_lower_threshold_than_the_point_rule(measure, seed, k_exits, loss):
+    """The bound is above the point wherever the point passes, so the downward search under the
+    bound stops no later. Holds for the shared threshold, and so for one exit with the per-exit
+    search (with several, coordinate descent may trade one exit against another)."""
+    logits, y = _growing_exits(seed, k_exits)
+    bound = exits.calibrate(logits, y, loss, measure, per_exit=False, rule="bound")
+    point = exits.calibrate(logits, y, loss, measure, per_exit=False, rule="point")
+    assert all(tb >= tp for tb, tp in zip(bound, point))
+    one_exit = logits[[0, -1]]
+    assert exits.calibrate(one_exit, y, loss, measure, rule="bound") >= exits.calibrate(
+        one_exit, y, loss, measure, rule="point"
+    )
 
 
 # --- size checks count stage exits ------------------------------------------------------------
