@@ -18,6 +18,22 @@ pytestmark = pytest.mark.slow
 BENCH = [sys.executable, str(REPO / "scripts" / "bench_frontier.py")]
 
 
+def second_pass(tracking, first: list[str], reuse: str, output_dir) -> subprocess.CompletedProcess:
+    """bench_frontier on the first pass's data and seeds, static at 1/2 and 1, no dynamic budgets."""
+    return subprocess.run(
+        [
+            *BENCH,
+            *first[:4],
+            *("--fractions", "0.5,1", "--dynamic-fractions", "none"),
+            *("--reuse", reuse, "--output-dir", str(output_dir)),
+        ],
+        env=subprocess_env(tracking),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
 def test_the_frontier_pairs_each_seeds_same_time_run_with_its_static_run(tracking, tmp_path):
     refused = subprocess.run(
         [*BENCH, "--seeds", "1,100"], env=subprocess_env(tracking), capture_output=True, text=True
@@ -60,24 +76,7 @@ def test_the_frontier_pairs_each_seeds_same_time_run_with_its_static_run(trackin
 
     # A second pass adds a static budget and trains only that: the rest is taken as it was.
     more = tmp_path / "more"
-    again = subprocess.run(
-        [
-            *BENCH,
-            *args[:4],
-            "--fractions",
-            "0.5,1",
-            "--dynamic-fractions",
-            "none",
-            "--reuse",
-            str(out / "frontier.json"),
-            "--output-dir",
-            str(more),
-        ],
-        env=subprocess_env(tracking),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    again = second_pass(tracking, args, str(out / "frontier.json"), more)
     assert again.returncode == 0, again.stderr[-3000:]
     grown = json.loads((more / "frontier.json").read_text())
     before = {(r["seed"], r["arm"], r["fraction"]): r for r in runs}
@@ -93,24 +92,7 @@ def test_the_frontier_pairs_each_seeds_same_time_run_with_its_static_run(trackin
 
     # Joining both outputs with nothing missing trains nothing: the summary and plot only.
     joined = tmp_path / "joined"
-    join = subprocess.run(
-        [
-            *BENCH,
-            *args[:4],
-            "--fractions",
-            "0.5,1",
-            "--dynamic-fractions",
-            "none",
-            "--reuse",
-            f"{out / 'frontier.json'},{more / 'frontier.json'}",
-            "--output-dir",
-            str(joined),
-        ],
-        env=subprocess_env(tracking),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    join = second_pass(tracking, args, f"{out / 'frontier.json'},{more / 'frontier.json'}", joined)
     assert join.returncode == 0, join.stderr[-3000:]
     summary = json.loads((joined / "frontier.json").read_text())
     assert {(r["seed"], r["arm"], r["fraction"]): r for r in summary["runs"]} == after
