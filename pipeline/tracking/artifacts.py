@@ -51,10 +51,6 @@ def log_json(obj, artifact_file: str) -> None:
     mlflow.log_text(json.dumps(obj, indent=2, sort_keys=True), artifact_file)
 
 
-def log_file(path: Path, artifact_path: str | None = None) -> None:
-    mlflow.log_artifact(str(path), artifact_path)
-
-
 @contextlib.contextmanager
 def scratch_dir() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="gcnn-") as tmp:
