@@ -479,7 +479,8 @@ def test_the_bound_rule_keeps_wrong_leavers_in_that_the_point_rule_lets_out():
     assert exits.upper_bound_loss(2, 0, 1000) == pytest.approx(0.48374, abs=1e-4)
     # at budget 0 the bound never passes (it is z / (n + 2) even with no loss): never exit
     assert exits.calibrate(logits, y, 0.0, rule="bound") == (1.0,)
-    assert ExitConfig().exit_calibration == exits.DEFAULT_CALIBRATION == "bound"
+    assert ExitConfig().exit_calibration == exits.DEFAULT_CALIBRATION == "tiers"
+    assert exits.FALLBACK_CALIBRATION == "bound"
 
 
 @pytest.mark.parametrize("measure", list(CONFIDENCES))
@@ -577,7 +578,7 @@ def test_the_tiers_rule_falls_back_to_the_bound_without_tiers_and_says_so(tracki
     from pipeline.session import set_exit_thresholds
 
     model = _model(with_exits(DEFAULT, "stages", 12))
-    cfg = ExitConfig(exits="stages", exit_calibration="tiers")
+    cfg = ExitConfig(exits="stages")  # the default rule: tiers
     with mlflow.start_run() as run:
         set_exit_thresholds(model, small_data.val, cfg, 256, None)
     tags = mlflow.get_run(run.info.run_id).data.tags
@@ -585,7 +586,8 @@ def test_the_tiers_rule_falls_back_to_the_bound_without_tiers_and_says_so(tracki
     err = capsys.readouterr().err
     assert "--exit-calibration tiers needs the validation split's difficulty tiers" in err
     assert "calibrated with bound" in err
-    bound = exits.calibrate(exits.all_exit_logits(model, small_data.val.x), small_data.val.y.cpu(), 0.2)
+    logits = exits.all_exit_logits(model, small_data.val.x)
+    bound = exits.calibrate(logits, small_data.val.y.cpu(), 0.2, rule="bound")
     assert model.exit_thresholds == bound
     # with tiers it uses them, logs each tier's bound, and the tag says tiers
     tiers = torch.arange(len(small_data.val.y)) % 3
