@@ -214,7 +214,7 @@ def setting_labels(settings: Iterable[str]) -> dict[str, str]:
 
     def value(p: dict, key: str) -> str:
         if key == "budget" and not p.get(key):
-            return "epochs"  # no --budget: the run trained for --epochs
+            return f"{p.get('epochs') or '?'} epochs"  # no --budget: the run trained for --epochs
         if key == "budget" and _amount_of(p[key], "flops"):
             return f"{_amount_of(p[key], 'flops'):.3g} FLOPs"  # not all 17 digits it was given with
         return p.get(key, "") or "-"
