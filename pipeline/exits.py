@@ -92,10 +92,9 @@ def upper_bound_loss(b: int, c: int, n: int) -> float:
 
 @dataclass(frozen=True)
 class CalibrationRule:
-    """What thresholds must keep on the calibration split: the loss, as ``loss`` reads it from
-    the paired counts (b, c, n), within the budget on the whole split and, ``per_tier``, on each
-    difficulty tier too; and (``hard_deep``) at least that share of the hard tier continuing
-    past the first exit. Tier-aware rules need the split's tiers (a score_difficulty run)."""
+    """What thresholds must keep on the calibration split: the loss, as ``loss`` reads it from the
+    paired counts (b, c, n), within the budget on the whole split and (``per_tier``) on each tier;
+    and (``hard_deep``) at least that share of the hard tier continuing past the first exit."""
 
     name: str
     loss: Callable[[int, int, int], float]
@@ -108,10 +107,9 @@ class CalibrationRule:
 
 
 # One entry per rule: ``--exit-calibration`` names one, calibrate and the benchmark read them.
-# ``tiers``: no difficulty tier pays for another. The whole-split rule lets an exit out wherever
-# its losses on hard examples are paid for by small gains on easy ones (issue 14c: the hard tier
-# lost 0.42 points on test while the others gained); here every tier's bound must hold, an
-# intersection-union test (Berger 1982): each at 95%, all together at 95%, no correction.
+# ``tiers``: no difficulty tier pays for another (under ``bound`` the hard tier lost 0.42 points
+# on test while the others gained). Every tier's bound must hold: an intersection-union test
+# (Berger 1982), each at 95%, so all together at 95%, no correction.
 CALIBRATION_RULES = {
     rule.name: rule
     for rule in (
@@ -120,12 +118,8 @@ CALIBRATION_RULES = {
         CalibrationRule("tiers", upper_bound_loss, per_tier=True),
     )
 }
-# The default since issue 14d: on the tuning seeds (0-2, validation) the only rule that met every
-# target of issue 14, the hard tier mostly deep included (README, "a bound on every tier").
-DEFAULT_CALIBRATION = "tiers"
-# The hard tier's id (pipeline.difficulty.tiers.TIER_NAMES.index("hard"); importing it here
-# would close an import cycle through pipeline.training).
-HARD_TIER = 2
+DEFAULT_CALIBRATION = "tiers"  # since issue 14d, chosen on the tuning seeds' validation (README)
+HARD_TIER = 2  # TIER_NAMES.index("hard") of pipeline.difficulty.tiers (imported: an import cycle)
 # What a tier-aware rule falls back to on a run without difficulty scores (said so when it does).
 FALLBACK_CALIBRATION = "bound"
 
@@ -360,9 +354,8 @@ def calibrate(
 ) -> tuple[float, ...]:
     """Thresholds at which adaptive inference loses at most ``acc_loss_points`` against the head,
     as ``rule`` reads the loss (``bound``: its upper confidence bound; ``point``: as measured) on
-    the split ``logits`` (K+1, N, classes) come from, and, under a per-tier rule (``tiers``), on
-    each of its difficulty tiers too; a tier-aware rule reads the split's tier ids ``tiers`` (N,),
-    0 easy to 2 hard.
+    the split ``logits`` (K+1, N, classes) come from, and on each of its tiers ``tiers`` (N,), 0
+    easy to 2 hard, under a per-tier rule (``tiers``).
 
     First the lowest shared threshold whose loss, and that of every higher candidate, keeps the
     rule. Then (``per_exit``, K > 1) each exit in depth order lowers its own threshold down the

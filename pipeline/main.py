@@ -91,7 +91,17 @@ def resolve_preset(cfg: MainConfig) -> Preset:
     )
     for rate in preset.label_noise:  # every level's noise is refused before any step runs
         check_noise(noise_config(cfg, preset, rate))
-    return preset
+    # A budget below one static epoch would leave the grown network too few epochs to grow in.
+    too_small = [f for f in preset.budget_fractions if f * preset.epochs < 1]
+    if too_small:
+        click.echo(
+            f"main: no runs at {', '.join(f'{f:g}' for f in too_small)} of static's training FLOPs: "
+            f"at {preset.epochs} epochs that is less than one epoch of static training",
+            err=True,
+        )
+    return dataclasses.replace(
+        preset, budget_fractions=tuple(f for f in preset.budget_fractions if f not in too_small)
+    )
 
 
 def noise_config(cfg: MainConfig, preset: Preset, rate: float) -> DataConfig:

@@ -52,11 +52,7 @@ import sys
 from pathlib import Path
 
 import click
-import matplotlib
 import mlflow
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
 
@@ -71,6 +67,7 @@ from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
 from pipeline.training.config import TrainConfig
 from scripts.bench_dynamic import REPORT_SEEDS, TUNING_SEEDS, machine, scores_with_cost, warm_up
+from scripts.bench_frontier_figure import plot
 from scripts.bench_levers import LEVERS
 
 REFERENCE_EPOCHS = 12
@@ -125,56 +122,6 @@ def first_match(times: list[float], accs: list[float], target: float) -> float:
             t0, a0 = times[i - 1], accs[i - 1]
             return t0 + (t - t0) * (target - a0) / (a - a0)
     return float("nan")
-
-
-def plot(frontier: dict, reference: dict, path: Path, title: str) -> None:
-    """Test accuracy against wall-clock and against FLOPs: static's line, and dynamic's through
-    all its points (its budgets in FLOPs, its 12 epochs, static-12's seconds) with a marker for
-    how each was given; legend below."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), constrained_layout=True)
-    static, dynamic = "#1f77b4", "#d62728"
-    markers = {
-        "static": ("o", "static (FLOPs budgets)"),
-        "dynamic": ("o", "dynamic (FLOPs budgets)"),
-        "dynamic-12ep": ("s", "dynamic, 12 epochs"),
-        "dynamic-same-time": ("D", "dynamic, static-12's seconds"),
-    }
-    for ax, key, label in (
-        (axes[0], "train_s", "training wall-clock (s)"),
-        (axes[1], "flops", "training FLOPs"),
-    ):
-        dynamic_points = sorted(
-            (p for arm, points in frontier.items() if arm != "static" for p in points),
-            key=lambda p: p[key]["mean"],
-        )
-        for points, colour in ((frontier["static"], static), (dynamic_points, dynamic)):
-            xs, ys = [p[key]["mean"] for p in points], [100 * p["test_acc"]["mean"] for p in points]
-            ax.plot(xs, ys, color=colour)
-        for arm, points in frontier.items():
-            if not points:
-                continue
-            marker, name = markers[arm]
-            ax.errorbar(
-                [p[key]["mean"] for p in points],
-                [100 * p["test_acc"]["mean"] for p in points],
-                yerr=[100 * (p["test_acc"]["ci_high"] - p["test_acc"]["mean"]) for p in points],
-                marker=marker,
-                ls="none",
-                capsize=3,
-                color=static if arm == "static" else dynamic,
-                label=name,
-            )
-        ax.axhline(100 * reference["test_acc"]["mean"], color="grey", ls=":", lw=1, label="static-12 mean")
-        ax.axvline(reference[key]["mean"], color="grey", ls="--", lw=1, label="static-12 cost")
-        ax.set_xlabel(label)
-        ax.set_ylabel("test accuracy (%), mean and 95% CI")
-        ax.grid(alpha=0.3)
-    axes[1].set_xscale("log")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=8)
-    fig.suptitle(title)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 @click.command()
@@ -342,14 +289,19 @@ def main(
         }
         for share in dynamic_shares
     }
+
     # (d) each budget both arms trained at: dynamic against static given the same FLOPs, paired
     # by seed; their time ratio compares runs trained in the same invocation, under one load.
+    # Each arm plans whole epochs, so each spends a different share of the budget: the FLOPs
+    # ratio says how much (at 1/8, one static epoch is two thirds of it).
+    def ratio(share: float, key: str) -> dict:
+        return summary([d[key] / s[key] for d, s in zip(cell("dynamic", share), cell("static", share))])
+
     at_budget = {
         share: {
             "test_points": _points(paired_test(acc("dynamic", share), acc("static", share))),
-            "wallclock_ratio": summary(
-                [d["train_s"] / s["train_s"] for d, s in zip(cell("dynamic", share), cell("static", share))]
-            ),
+            "wallclock_ratio": ratio(share, "train_s"),
+            "flops_ratio": ratio(share, "flops"),
         }
         for share in dynamic_shares
         if share in shares
@@ -434,7 +386,7 @@ def main(
         print(
             f"(d) at {share:g}x static-12's FLOPs: dynamic - static = {d['mean_diff']:+.2f} points "
             f"(95% CI {d['ci_low']:+.2f} to {d['ci_high']:+.2f}) in {v['wallclock_ratio']['mean']:.2f}x "
-            "static's wall-clock at that budget"
+            f"static's wall-clock and {v['flops_ratio']['mean']:.2f}x its FLOPs at that budget"
         )
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from mlflow.entities import Metric, Param
 
+from pipeline import codec
 from pipeline.report import build_report, collect_runs
 from pipeline.report.runs import COMPARABILITY_KEYS, setting_of
 
@@ -46,6 +47,31 @@ def test_setting_treats_missing_params_as_empty_and_numbers_as_numbers():
     assert {"data_digest", "subset", "val_size", "split_seed", "epochs", "budget", "precision"} <= set(
         COMPARABILITY_KEYS
     )
+
+
+# Two spellings of one parameter: (a, b, one setting?, codec.same_param?). The rows after the
+# first four are where the report's rule and the codec's part; None is a parameter not logged,
+# which a setting reads as "" and the codec as the text "None".
+SPELLINGS = [
+    ("0.1", str(0.1), True, True),
+    ("1e-3", str(0.001), True, True),
+    ("''", "", True, True),
+    ("6.0", "6", True, True),
+    ("", None, True, False),
+    ("true", str(True), False, True),
+    ("1E-3", "0.001", False, True),
+    ("1_000", "1000", False, True),
+    ("'x", "x", True, False),
+]
+
+
+@pytest.mark.parametrize(("a", "b", "one_setting", "same_param"), SPELLINGS)
+def test_setting_groups_spellings_as_pinned(a, b, one_setting, same_param):
+    def setting(value):
+        return setting_of({} if value is None else {"dataset": value})
+
+    assert (setting(a) == setting(b)) is one_setting
+    assert codec.same_param(a, b) is same_param
 
 
 def test_runs_of_other_data_or_epochs_are_never_mixed(tracking, tmp_path):

@@ -15,10 +15,11 @@ from tests.conftest import mlflow_run
 
 pytestmark = pytest.mark.slow
 
-SMALL = ("subset=300", "epochs=2", "seeds=0")
+SMALL = ("subset=300", "epochs=4", "seeds=0")  # 4: a quarter of it is one epoch of static
 # quick preset, one seed: score_difficulty, the static control, the dynamic variant, its
-# random-order control, the dynamic variant given the static run's seconds, evaluate
-STEPS = 6
+# random-order control, the dynamic variant given the static run's seconds, the static control and
+# the dynamic variant both given a quarter of the static run's FLOPs, evaluate
+STEPS = 8
 
 
 def _main(tracking: str, experiment_id: str) -> subprocess.CompletedProcess:
@@ -61,11 +62,21 @@ def test_main_runs_the_study_and_a_second_run_reuses_every_step(tracking, tmp_pa
     variants = {run.data.tags["variant"] for run in training}
     assert len(variants) == 3  # static, and dynamic with and against the curriculum
     # The equal-cost run: its budget is the static run's training seconds, and the Conclusion
-    # compares the two at equal cost.
-    (static,) = _runs(experiment_id, "train_static")
+    # compares the two at equal cost. The quarter-budget pair: both given the same FLOPs, a
+    # quarter of what the static run used, and compared at that equal budget.
+    static, quarter = sorted(
+        _runs(experiment_id, "train_static"), key=lambda r: bool(r.data.params.get("budget"))
+    )
     budgets = [run.data.params.get("budget", "") for run in _runs(experiment_id, "train_dynamic")]
-    assert sorted(budgets) == ["", "", f"run:{static.info.run_id}:s"]
-    assert "at equal cost" in first.stdout.split("### ")[0]
+    assert sorted(budgets) == ["", "", quarter.data.params["budget"], f"run:{static.info.run_id}:s"]
+    quarter_flops = float(quarter.data.params["budget"].removesuffix("flops"))
+    assert quarter_flops == pytest.approx(static.data.metrics["train/flops_cumulative"] / 4, rel=1e-6)
+    given_flops = [r for r in training if r.data.params.get("budget", "").endswith("flops")]
+    assert len(given_flops) == 2
+    for run in given_flops:  # neither spent more than the quarter, and both trained
+        assert 0 < run.data.metrics["train/flops_cumulative"] <= quarter_flops * (1 + 1e-9)
+    answer = first.stdout.split("### ")[0]
+    assert "at equal cost" in answer and "at an equal budget (both given the same training FLOPs)" in answer
     # Each run is named by what it is, and every name is unique.
     everything = mlflow.search_runs([experiment_id], output_format="list")
     steps = ("main", "score_difficulty", "evaluate")
@@ -74,14 +85,17 @@ def test_main_runs_the_study_and_a_second_run_reuses_every_step(tracking, tmp_pa
     }
     assert len({run.info.run_name for run in everything}) == len(everything) == STEPS + 1
     assert sorted(run.info.run_name for run in training) == [
+        "dynamic-default+tiers-budget0.25x-s0",
         "dynamic-default+tiers-random-s0",
         "dynamic-default+tiers-s0",
         "dynamic-default+tiers-sametime-s0",
+        "static-budget0.25x-s0",
         "static-s0",
     ]
     for run in training:  # the pruning that goes with the tiers curriculum is in the variant tag only
-        same_time = "-sametime" if run.data.params.get("budget") else ""
-        assert run.info.run_name == f"{run.data.tags['variant'].replace('+prune0.3', '')}{same_time}-s0"
+        budget = run.data.params.get("budget", "")
+        length = "-sametime" if budget.startswith("run:") else "-budget0.25x" if budget else ""
+        assert run.info.run_name == f"{run.data.tags['variant'].replace('+prune0.3', '')}{length}-s0"
     assert names == {
         "main": "main-quick",
         "score_difficulty": "score-difficulty-quick",

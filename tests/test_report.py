@@ -222,6 +222,13 @@ def test_runs_of_several_budgets_get_a_cost_frontier_and_are_never_paired_across
     paired = pd.read_csv(paths.paired_csv).query("metric == 'test/acc'")
     # Each dynamic group is paired with the static runs of its own budget only: +5 to +6 points.
     assert len(paired) == 4 and paired["diff"].between(0.04, 0.07).all()
+    # The pair given the same FLOPs is said to be at an equal budget, in a readable label.
+    comp = pd.read_csv(paths.comparison_csv).query("metric == 'test/acc' and pairing == pairing")
+    assert sorted(comp["pairing"]) == ["equal budget (flops)", "equal length"]
+    assert "budget 1e+10 FLOPs" in comp.loc[comp["pairing"] == "equal budget (flops)", "group"].item()
+    conclusion = paths.report_md.read_text(encoding="utf-8").split("## Conclusion")[1].split("\n## ")[0]
+    assert "at an equal budget (both given the same training FLOPs)" in conclusion
+    assert "at equal training length" in conclusion
 
 
 def test_runs_given_their_static_twins_cost_are_paired_with_them_at_equal_cost(tracking, tmp_path):

@@ -34,7 +34,9 @@ if TYPE_CHECKING:
     from pipeline.data.dataset import Data
 
 
-def _digest(*arrays: np.ndarray | None) -> str:
+def _contents_digest(*arrays: np.ndarray | None) -> str:
+    """A short digest of arrays' contents alone (None as b"none"). Not data's ``array_digest``,
+    which hashes shapes too: checkpoints store this one, so it keeps its bytes."""
     h = hashlib.sha256()
     for array in arrays:
         h.update(b"none" if array is None else np.ascontiguousarray(array).tobytes())
@@ -216,7 +218,7 @@ class Curriculum:
 
     def inputs_digest(self) -> str:
         """What the orderings depend on: a resumed run must see the same scores."""
-        return _digest(self.difficulty, self.tiers)
+        return _contents_digest(self.difficulty, self.tiers)
 
     def state_dict(self) -> dict:
         return {

@@ -70,7 +70,7 @@ def comparison_rows(groups: list[Group]) -> tuple[list[dict], list[dict]]:
                 base_mean = summary(base_values)["mean"]
                 row.update(
                     baseline=g.baseline.label,
-                    pairing=f"equal cost ({g.equal_cost})" if g.equal_cost else "equal length",
+                    pairing=_pairing(g),
                     n_pairs=test["n"],
                     mean_diff=test["mean_diff"],
                     diff_ci_low=test["ci_low"],
@@ -101,6 +101,14 @@ def comparison_rows(groups: list[Group]) -> tuple[list[dict], list[dict]]:
             row["note"] = "; ".join(notes)
             comparison.append(row)
     return comparison, paired
+
+
+def _pairing(g: Group) -> str:
+    """How ``g`` and its baseline are matched: given its runs' cost ("equal cost (seconds)"),
+    the same budget ("equal budget (flops)"), or the same epochs ("equal length")."""
+    if g.equal_cost:
+        return f"equal cost ({g.equal_cost})"
+    return f"equal budget ({g.budget_unit})" if g.budget_unit else "equal length"
 
 
 def _by_seed(a: pd.Series, b: pd.Series) -> pd.DataFrame:

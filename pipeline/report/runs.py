@@ -137,6 +137,9 @@ def budget_reference(params: dict[str, str]) -> str:
 
 
 def _canonical(value: str) -> str:
+    # Not codec.canonical, on purpose: that rule also merges True/true, 1E-3/0.001, 1_000/1000 and
+    # Infinity/inf and keeps an unbalanced quote ('x), so moving onto it would regroup stored
+    # runs; tests/test_comparability.py pins where the two part.
     text = str(value).strip().strip("'")
     if not re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?", text):  # not a number (digests, names)
         return text

@@ -67,8 +67,9 @@ ANSWER_COSTS = {"time/total_s": ("training wall-clock", "faster", "slower"),
 
 def _answer(comp: pd.DataFrame) -> list[str]:
     """One line per variant with a matched static baseline: wall-clock and FLOPs ratios and the
-    test accuracy difference (at equal training length, or at equal cost for runs whose budget
-    was their static twin's cost), each with its 95% CI and a verdict."""
+    test accuracy difference (at equal training length, at an equal budget of FLOPs or seconds,
+    or at equal cost for runs whose budget was their static twin's cost), each with its 95% CI
+    and a verdict."""
     lines = []
     paired = comp[comp["baseline"].fillna("") != ""]
     for group in dict.fromkeys(paired["group"]):
@@ -83,17 +84,21 @@ def _answer(comp: pd.DataFrame) -> list[str]:
                 parts.append(f"{title} {_ratio_phrase(rows[metric], good, bad)}")
         if "test/acc" in rows:
             r = rows["test/acc"]
-            pairing = str(r.get("pairing", ""))
-            unit = pairing.removeprefix("equal cost (").removesuffix(")")
-            at = (
-                f"at equal cost (each run was given its seed's static run's training {unit})"
-                if pairing.startswith("equal cost")
-                else "at equal training length"
-            )
+            at = _pairing_phrase(str(r.get("pairing", "")))
             text, said = _acc_difference(r, "better", "worse", "within noise")
             parts.append(f"test accuracy {text}{': ' + said if said else ''} {at}")
         lines.append(f"**{group}** vs {base} ({_seeds(n)} paired): " + "; ".join(parts) + ".")
     return lines
+
+
+def _pairing_phrase(pairing: str) -> str:
+    """``comparison.csv``'s pairing as the answer says it."""
+    unit = pairing.partition("(")[2].removesuffix(")")
+    if pairing.startswith("equal cost"):
+        return f"at equal cost (each run was given its seed's static run's training {unit})"
+    if pairing.startswith("equal budget"):
+        return f"at an equal budget (both given the same training {'FLOPs' if unit == 'flops' else unit})"
+    return "at equal training length"
 
 
 def _ordering_answer(rows: list[dict]) -> list[str]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from pipeline.cli import opt
+from pipeline.cli import opt, option_name
 from pipeline.data.augment import AUGMENTATIONS
 from pipeline.loop import pick_device
 from pipeline.precision import PRECISIONS, resolve_precision
@@ -54,7 +54,7 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         for name in ("epochs", "batch_size", "eval_batch_size"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+                raise ConfigError(f"{option_name(name)} must be positive, got {getattr(self, name)}")
         if not self.lr > 0:
             raise ConfigError(f"--lr must be positive, got {self.lr}")
         if not 0 <= self.momentum < 1:

@@ -23,6 +23,9 @@ class Diet(NamedTuple):
         return name_label(self.pacing, self.order, curriculum_pruning(self.pacing), self.hold_back)
 
 
+# The static control every variant is paired with: all data, no curriculum.
+BASELINE_DIET = Diet("none", "curriculum")
+
 # The noise preset's curricula hold back the hardest third (the hard tier's size): the score
 # step's loss finds 97% of wrong labels at 40% noise (AUC, 5,000-example probe), and 95% of its
 # hard tier is flipped there; a third is a curriculum's choice, not the known noise rate.
@@ -37,7 +40,7 @@ class Preset:
     schedules: tuple[str, ...]
     # data diets of the dynamic runs; each schedule runs with every one of them
     curricula: tuple[Diet, ...]
-    # diets of the static control; Diet("none", "curriculum") is the matched baseline
+    # diets of the static control; BASELINE_DIET is the matched baseline
     static_curricula: tuple[Diet, ...]
     # diets of dynamic runs given the matched baseline's training seconds of the same seed
     # (--budget run:ID:s): the comparison at equal wall-clock, which the Conclusion states
@@ -47,6 +50,9 @@ class Preset:
     noise_kind: str = "symmetric"
     # besides equal epochs, every run again at the static run's training FLOPs (--budget)
     equal_flops: bool = False
+    # fractions of the static run's training FLOPs at which the matched static baseline and the
+    # equal_cost diets train again, both given the same FLOPs: the comparison at a tight budget
+    budget_fractions: tuple[float, ...] = ()
 
 
 PRESETS = {
@@ -58,17 +64,21 @@ PRESETS = {
     # variant 3 points below static). Static, the default dynamic variant, its random-order
     # control and the dynamic variant given static's seconds, three seeds. Its Conclusion points
     # the way the full-data five-seed benchmark does (README, "What we have measured").
+    # And the two again at a quarter of static's training FLOPs: where the full-data frontier
+    # (seeds 100-104, scripts/bench_frontier.py) found the grown network ahead, chosen from it
+    # and not from this preset's seeds.
     "quick": Preset(
         subset=10000,
         epochs=12,
         seeds=(0, 1, 2),
         schedules=("default",),
         curricula=(Diet("tiers", "curriculum"), Diet("tiers", "random")),
-        static_curricula=(Diet("none", "curriculum"),),
+        static_curricula=(BASELINE_DIET,),
         equal_cost=(Diet("tiers", "curriculum"),),
+        budget_fractions=(0.25,),
     ),
     # The study: full data, every named schedule with and without the curriculum, both
-    # controls, and the curriculum alone on the static network.
+    # controls, and the curriculum alone on the static network; and the quarter budget.
     "full": Preset(
         subset=0,
         epochs=12,
@@ -80,8 +90,9 @@ PRESETS = {
             Diet("tiers", "random"),
             Diet("tiers", "anti"),
         ),
-        static_curricula=(Diet("none", "curriculum"), Diet("tiers", "curriculum")),
+        static_curricula=(BASELINE_DIET, Diet("tiers", "curriculum")),
         equal_cost=(Diet("tiers", "curriculum"),),
+        budget_fractions=(0.25,),
     ),
     # Where curricula are said to shine (Wu et al., ICLR 2021: under 20-60% label noise the
     # easy-to-hard curriculum beat random order by a wide margin): at 0, 20 and 40% symmetric
@@ -100,7 +111,7 @@ PRESETS = {
             Diet("linear", "curriculum", NOISE_HOLD_BACK),
             Diet("linear", "random", NOISE_HOLD_BACK),
         ),
-        static_curricula=(Diet("none", "curriculum"), Diet("none", "curriculum", NOISE_HOLD_BACK)),
+        static_curricula=(BASELINE_DIET, Diet("none", "curriculum", NOISE_HOLD_BACK)),
         label_noise=(0.0, 0.2, 0.4),
         noise_kind="symmetric",
         equal_flops=True,

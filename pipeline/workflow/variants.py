@@ -4,12 +4,14 @@ the equal-cost and equal-FLOPs runs, each with its options and its run name.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from models.schedule import final_spec, named_schedule
 from models.spec import resolve_spec
 from pipeline.curriculum.diet import curriculum_pruning, growth_boundaries, name_label
 from pipeline.data.dataset import Data
 from pipeline.run_length import static_training_flops
-from pipeline.workflow.presets import Diet, Preset
+from pipeline.workflow.presets import BASELINE_DIET, Diet, Preset
 from pipeline.workflow.steps import StepRunner
 
 
@@ -45,7 +47,8 @@ def train_level(
     """The training runs of one data setting (one noise level): per seed the matched static
     control of each final architecture, then every dynamic variant, then the ``equal_cost``
     variants given the static run's seconds; with ``equal_flops`` all of them again at the
-    static run's training FLOPs."""
+    static run's training FLOPs; and at each of ``budget_fractions`` of those FLOPs the matched
+    static control and the ``equal_cost`` variants, all given the same budget."""
     start = resolve_spec("minimal", data.input_shape, data.num_classes)
     finals = {s: final_spec(start, named_schedule(s, preset.epochs)) for s in preset.schedules}
     static_cost = {f.to_json(): static_training_flops(f, data, preset.epochs) for f in finals.values()}
@@ -59,63 +62,77 @@ def train_level(
     noisy = noise_label(data_params.get("label_noise", 0), preset.noise_kind)
     runs = []
     for seed in preset.seeds:
-        common = {
-            **data_params,
-            "epochs": preset.epochs,
-            "seed": seed,
-            "scores_run": scores,
-            "progress": "false",
-            "precision": precision,
-        }
+        launch = _Launcher(
+            step,
+            {
+                **data_params,
+                "epochs": preset.epochs,
+                "seed": seed,
+                "scores_run": scores,
+                "progress": "false",
+                "precision": precision,
+            },
+            distinct,
+        )
         for length, budget_of in lengths:
             tail = f"{noisy}{length}-s{seed}"
             baseline = {}  # final spec -> this seed's static run without a curriculum
             for final_json, schedules in distinct.items():
-                final = finals[schedules[0]]
-                arch = "" if len(distinct) == 1 else "@" + "/".join(schedules)
                 for diet in preset.static_curricula:
-                    data_plan = static_curriculum(diet, preset.epochs)
-                    label = name_label(diet.pacing, diet.order, data_plan.get("prune", 0), diet.hold_back)
-                    run_id = step(
-                        "train_static",
-                        **common,
-                        **_budget(budget_of(final)),
-                        spec=final_json,
-                        pacing=diet.pacing,
-                        order=diet.order,
-                        **data_plan,
-                        run_name=f"static{arch}{label}{tail}",
-                    )
+                    run_id = launch.static(final_json, diet, budget_of(finals[schedules[0]]), tail)
                     runs.append(run_id)
-                    if diet == Diet("none", "curriculum"):
+                    if diet == BASELINE_DIET:
                         baseline[final_json] = run_id
             for schedule in preset.schedules:
                 for diet in preset.curricula:
-                    label = diet.dynamic_label()
-                    runs.append(
-                        step(
-                            "train_dynamic",
-                            **common,
-                            **_budget(budget_of(finals[schedule])),
-                            schedule=schedule,
-                            **dynamic_curriculum(diet),
-                            run_name=f"dynamic-{schedule}{label}{tail}",
-                        )
-                    )
+                    runs.append(launch.dynamic(schedule, diet, budget_of(finals[schedule]), tail))
                 twin = baseline.get(finals[schedule].to_json())
                 for diet in preset.equal_cost if twin and not length else ():
-                    label = diet.dynamic_label()
-                    runs.append(
-                        step(
-                            "train_dynamic",
-                            **common,
-                            budget=f"run:{twin}:s",
-                            schedule=schedule,
-                            **dynamic_curriculum(diet),
-                            run_name=f"dynamic-{schedule}{label}{noisy}-sametime-s{seed}",
-                        )
-                    )
+                    runs.append(launch.dynamic(schedule, diet, f"run:{twin}:s", f"{noisy}-sametime-s{seed}"))
+        for fraction in preset.budget_fractions:
+            tail = f"{noisy}-budget{fraction:g}x-s{seed}"
+            for final_json in distinct:
+                budget = f"{fraction * static_cost[final_json]:.17g}flops"
+                runs.append(launch.static(final_json, BASELINE_DIET, budget, tail))
+            for schedule in preset.schedules:
+                budget = f"{fraction * static_cost[finals[schedule].to_json()]:.17g}flops"
+                runs += [launch.dynamic(schedule, diet, budget, tail) for diet in preset.equal_cost]
     return runs
+
+
+@dataclass(frozen=True)
+class _Launcher:
+    """Starts one seed's training steps: ``common`` holds the options they share, ``distinct``
+    the final architectures (spec JSON -> the schedules that grow into it)."""
+
+    step: StepRunner
+    common: dict
+    distinct: dict[str, list[str]]
+
+    def static(self, final_json: str, diet: Diet, budget: str, tail: str) -> str:
+        data_plan = static_curriculum(diet, self.common["epochs"])
+        label = name_label(diet.pacing, diet.order, data_plan.get("prune", 0), diet.hold_back)
+        arch = "" if len(self.distinct) == 1 else "@" + "/".join(self.distinct[final_json])
+        return self.step(
+            "train_static",
+            **self.common,
+            **_budget(budget),
+            spec=final_json,
+            pacing=diet.pacing,
+            order=diet.order,
+            **data_plan,
+            run_name=f"static{arch}{label}{tail}",
+        )
+
+    def dynamic(self, schedule: str, diet: Diet, budget: str, tail: str) -> str:
+        return self.step(
+            "train_dynamic",
+            **self.common,
+            **_budget(budget),
+            schedule=schedule,
+            **dynamic_curriculum(diet),
+            run_name=f"dynamic-{schedule}{diet.dynamic_label()}{tail}",
+        )
 
 
 def _budget(budget: str) -> dict:

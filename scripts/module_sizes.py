@@ -1,0 +1,56 @@
+"""Modules and classes past issue 16's size limits, read from the source (nothing is imported).
+
+    .venv/bin/python scripts/module_sizes.py                  # pipeline/, models/, scripts/; exit 1 past one
+    .venv/bin/python scripts/module_sizes.py --root DIR pkg   # other folders under another root
+
+A module stays under MAX_MODULE_LINES lines and a class (its decorators included) under
+MAX_CLASS_LINES: past them a file or a class has grown more than one topic, and the layout no
+longer tells a reader where a behaviour lives.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
+
+from scripts.import_cycles import REPO, module_names
+
+FOLDERS = ("pipeline", "models", "scripts")
+MAX_MODULE_LINES = 450
+MAX_CLASS_LINES = 200
+
+
+def oversized(root: Path = REPO, folders: tuple[str, ...] = FOLDERS) -> list[str]:
+    """One line per module or class at or past its limit, naming it and its length."""
+    out = []
+    for path in module_names(root, folders).values():
+        text = path.read_text()
+        where = path.relative_to(root)
+        if len(text.splitlines()) >= MAX_MODULE_LINES:
+            out.append(f"{where}: {len(text.splitlines())} lines (limit: under {MAX_MODULE_LINES})")
+        for node in ast.walk(ast.parse(text, str(path))):
+            if isinstance(node, ast.ClassDef):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                if node.end_lineno - first + 1 >= MAX_CLASS_LINES:
+                    out.append(
+                        f"{where}: class {node.name} is {node.end_lineno - first + 1} lines "
+                        f"(limit: under {MAX_CLASS_LINES})"
+                    )
+    return out
+
+
+def main(argv: list[str]) -> int:
+    root, folders = REPO, FOLDERS
+    if argv[:1] == ["--root"]:
+        root, folders = Path(argv[1]), tuple(argv[2:])
+    found = oversized(root, folders)
+    for line in found:
+        print(line, file=sys.stderr)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
