@@ -346,15 +346,26 @@ def set_exit_thresholds(
     """Give ``model`` its exit confidence measure and thresholds (``--exit-threshold``, or
     calibrated on ``val`` for ``--exit-acc-loss``) and log what adaptive inference gets on the
     validation split: ``val/acc_adaptive``, ``val/flops_adaptive``, ``val/exit_share_<exit>``
-    and per tier."""
+    and per tier (with each tier's loss bound). A tier-aware ``--exit-calibration`` on a run
+    without difficulty tiers falls back to ``bound`` and says so (tag ``exit_calibration``: the
+    rule used)."""
     logits = exits.all_exit_logits(model, val.x, batch_size)  # (K+1, N, classes)
     y = val.y.cpu()
     given = exit_cfg.thresholds_for(model.spec)
     measure = model.exit_confidence = exit_cfg.exit_confidence
+    used = exit_cfg.exit_calibration  # the calibration rule, after any fallback
+    if given is None and exits.calibration_rule(used).needs_tiers and val_tiers is None:
+        used = exits.FALLBACK_CALIBRATION
+        click.echo(
+            f"exits: --exit-calibration {exit_cfg.exit_calibration} needs the validation split's "
+            "difficulty tiers and this run has no difficulty scores (a score_difficulty run, "
+            f"--scores-run), so its thresholds are calibrated with {used}",
+            err=True,
+        )
     model.exit_thresholds = (
         given
         if given is not None
-        else exits.calibrate(logits, y, exit_cfg.exit_acc_loss, measure, rule=exit_cfg.exit_calibration)
+        else exits.calibrate(logits, y, exit_cfg.exit_acc_loss, measure, rule=used, tiers=val_tiers)
     )
     flops = exits.exit_flops(model)
     predictions, taken = exits.simulate(logits, model.exit_thresholds, measure)
@@ -373,14 +384,19 @@ def set_exit_thresholds(
                         predictions[mask], taken[mask], y[mask], flops, model.spec, "val/", f"_{name}"
                     )
                 )
+                metrics[f"val/exit_acc_loss_bound_{name}"] = exits.acc_loss(
+                    right_head[mask], right[mask], "bound"
+                )
     mlflow.log_metrics(metrics)
     mlflow.set_tag("exit_thresholds", json.dumps(list(model.exit_thresholds)))
     mlflow.set_tag("exit_thresholds_source", "given" if given is not None else "calibrated")
     if given is None:
-        mlflow.set_tag("exit_calibration", exit_cfg.exit_calibration)
+        mlflow.set_tag("exit_calibration", used)
+        if used != exit_cfg.exit_calibration:
+            mlflow.set_tag("exit_calibration_fallback", f"{exit_cfg.exit_calibration}: no difficulty tiers")
         if all(t >= 1.0 for t in model.exit_thresholds):
             click.echo(
-                f"exits: no threshold keeps the validation loss's {exit_cfg.exit_calibration} within "
+                f"exits: no threshold keeps --exit-calibration {used} within "
                 f"--exit-acc-loss {exit_cfg.exit_acc_loss:g} on {len(y)} examples, so no example "
                 "leaves early (a larger validation split, a larger budget or --exit-calibration "
                 "point lets some out)",

@@ -40,6 +40,8 @@ COARSE_CANDIDATES = np.unique(
 # read (--exit-calibration)). The "-loss0" variants are the user's other choice of budget
 # (--exit-acc-loss 0), not a tuning on test; the "-bound" ones hold the loss's 95% upper
 # confidence bound, not its point, within the budget (a bound at budget 0 never exits).
+POINT_TIERS = exits.CalibrationRule("point-tiers", exits.point_loss, per_tier=True)
+HARD_DEEP = exits.CalibrationRule("bound-hard-deep", exits.upper_bound_loss, hard_deep=MAX_HARD_FIRST_EXIT)
 CALIBRATIONS = {
     "maxprob-coarse": ("maxprob", COARSE_CANDIDATES, False, None, "point"),
     "maxprob-fine": ("maxprob", exits.CANDIDATES, True, None, "point"),
@@ -49,6 +51,11 @@ CALIBRATIONS = {
     "entropy-fine-loss0": ("entropy", exits.CANDIDATES, True, 0.0, "point"),
     "maxprob-fine-bound": ("maxprob", exits.CANDIDATES, True, None, "bound"),
     "entropy-fine-bound": ("entropy", exits.CANDIDATES, True, None, "bound"),
+    # tier-aware (issue 14d): the bound on each validation tier too (--exit-calibration tiers);
+    # the point on each tier; the bound plus at least half the hard tier past the first exit
+    "maxprob-fine-tiers": ("maxprob", exits.CANDIDATES, True, None, "tiers"),
+    "maxprob-fine-ptiers": ("maxprob", exits.CANDIDATES, True, None, POINT_TIERS),
+    "maxprob-fine-harddeep": ("maxprob", exits.CANDIDATES, True, None, HARD_DEEP),
 }
 
 
@@ -83,7 +90,7 @@ def recalibrate(run_id: str, variant: str, data, val_tiers, acc_loss: float) -> 
         model = load_model(path)
     logits = exits.all_exit_logits(model, data.val.x)  # (K+1, N, classes)
     y = data.val.y
-    thresholds = exits.calibrate(logits, y, acc_loss, measure, candidates, per_exit, rule)
+    thresholds = exits.calibrate(logits, y, acc_loss, measure, candidates, per_exit, rule, val_tiers)
     predictions, taken = exits.simulate(logits, thresholds, measure)
     right_head, right = logits[-1].argmax(1) == y, predictions == y
     val = {
@@ -98,7 +105,7 @@ def recalibrate(run_id: str, variant: str, data, val_tiers, acc_loss: float) -> 
     val["flops_ratio"] = float(flops[taken].mean()) / full
     out = {
         "confidence": measure,
-        "calibration": rule,
+        "calibration": exits.calibration_rule(rule).name,
         "acc_loss_points_allowed": acc_loss,
         "thresholds": list(thresholds),
         "saved_thresholds": list(model.exit_thresholds or []),
@@ -108,6 +115,8 @@ def recalibrate(run_id: str, variant: str, data, val_tiers, acc_loss: float) -> 
         hard = val_tiers == TIER_NAMES.index("hard")
         for t, tier in enumerate(TIER_NAMES):
             val[f"exit1_share_{tier}"] = float((taken[val_tiers == t] == 0).float().mean())
+            in_tier = val_tiers == t
+            val[f"acc_loss_points_{tier}"] = exits.acc_loss(right_head[in_tier], right[in_tier], "point")
         # Not a calibration (the tier is unknown at inference): what keeping most of the hard
         # tier deep would cost, at the lowest shared threshold of the grid that does it.
         for t in sorted(float(c) for c in candidates):

@@ -66,7 +66,10 @@ def plot_calibrations(results: dict, path: Path) -> None:
     ]
     fig, axes = plt.subplots(1, len(arms), figsize=(7 * len(arms), 5), squeeze=False)
     colours = {"maxprob": "tab:blue", "entropy": "tab:green"}
-    markers = {"coarse": "s", "fine": "o", "loss0": "^", "bound": "*"}
+    markers = {
+        **{"coarse": "s", "fine": "o", "loss0": "^", "bound": "*"},
+        **{"tiers": "P", "ptiers": "X", "harddeep": "v"},
+    }
     for ax, arm in zip(axes[0], arms):
         labelled: set = set()
         drawn: set = set()
@@ -77,7 +80,7 @@ def plot_calibrations(results: dict, path: Path) -> None:
                 if not entry.get("curve"):
                     continue
                 measure, grid = variant.split("-")[:2]
-                if variant.endswith(("-loss0", "-bound")):
+                if variant.endswith(("-loss0", "-bound", "-tiers", "-ptiers", "-harddeep")):
                     grid = variant.rsplit("-", 1)[1]
                 curve = entry["curve"]
                 fulls.append(100 * curve["acc_full"])
@@ -107,7 +110,8 @@ def plot_calibrations(results: dict, path: Path) -> None:
         ax.legend(loc="lower right", fontsize=8)
     fig.suptitle(
         "Early exits: max softmax vs entropy; coarse shared vs fine per-exit thresholds;\n"
-        "o/s: loss on validation within 0.2 points; ^: within 0; *: its 95% upper bound within 0.2",
+        "o/s: loss on validation within 0.2 points; ^: within 0; *: its 95% upper bound within 0.2;\n"
+        "P: that bound on every tier too; X: the loss on every tier; v: the bound, half the hard tier deep",
         fontsize=9,
     )
     fig.tight_layout()

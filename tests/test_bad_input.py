@@ -269,7 +269,7 @@ CASES = [
         "unknown exit calibration rule",
         DYNAMIC,
         (*SCORED, "--exits", "stages", "--exit-calibration", "median"),
-        "--exit-calibration 'median' is unknown (known: bound, point)",
+        "--exit-calibration 'median' is unknown (known: bound, point, tiers)",
     ),
     Case(
         "unknown exit confidence in evaluate",

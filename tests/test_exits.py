@@ -80,7 +80,9 @@ def test_exit_options_are_checked():
         ConfidenceError, match=r"--exit-confidence 'margin' is unknown \(known: maxprob, entropy\)"
     ):
         ExitConfig(exit_confidence="margin").validate()
-    with pytest.raises(ExitError, match=r"--exit-calibration 'median' is unknown \(known: bound, point\)"):
+    with pytest.raises(
+        ExitError, match=r"--exit-calibration 'median' is unknown \(known: bound, point, tiers\)"
+    ):
         ExitConfig(exit_calibration="median").validate()
     with pytest.raises(ExitError, match="outside"):
         ExitConfig(exit_threshold="1.2").validate()
@@ -395,6 +397,11 @@ def _growing_exits(seed: int, k_exits: int, n: int = 400, classes: int = 5):
     return logits, y
 
 
+def _tiers_of(seed: int, n: int) -> torch.Tensor:
+    """(n,) random tier ids 0 easy, 1 medium, 2 hard."""
+    return torch.randint(0, 3, (n,), generator=torch.Generator().manual_seed(seed + 1))
+
+
 @pytest.mark.parametrize("rule", list(exits.CALIBRATION_RULES))
 @pytest.mark.parametrize("measure", list(CONFIDENCES))
 @settings(max_examples=25, deadline=None)
@@ -405,17 +412,24 @@ def _growing_exits(seed: int, k_exits: int, n: int = 400, classes: int = 5):
 )
 def test_calibration_always_keeps_its_rule_on_the_split_it_saw(rule, measure, seed, k_exits, loss):
     logits, y = _growing_exits(seed, k_exits)
-    thresholds = exits.calibrate(logits, y, loss, measure, rule=rule)
+    tiers = _tiers_of(seed, len(y))
+    thresholds = exits.calibrate(logits, y, loss, measure, rule=rule, tiers=tiers)
     assert len(thresholds) == k_exits and all(0 <= t <= 1 for t in thresholds)
     predictions, _ = exits.simulate(logits, thresholds, measure)
     right_head, right = logits[-1].argmax(1) == y, predictions == y
-    # the rule holds at the thresholds, or none was found and nothing leaves early (the head)
-    assert exits.acc_loss(right_head, right, rule) <= loss + 1e-9 or all(t == 1.0 for t in thresholds)
+    # the rule holds at the thresholds (on every tier, for a per-tier rule), or none was found
+    # and nothing leaves early (the head)
+    never = all(t == 1.0 for t in thresholds)
+    groups = [torch.ones_like(y, dtype=torch.bool)]
+    if exits.CALIBRATION_RULES[rule].per_tier:
+        groups += [tiers == t for t in range(3)]
+    for g in groups:
+        assert exits.acc_loss(right_head[g], right[g], rule) <= loss + 1e-9 or never
     if rule == "point":  # measured, the loss is the accuracy difference (exact, in float64)
         assert float(right.double().mean()) >= float(right_head.double().mean()) - loss / 100 - 1e-9
     # per exit never costs more FLOPs than the shared threshold (deeper exits cost more)
     flops = torch.arange(1, k_exits + 2, dtype=torch.float)
-    shared = exits.calibrate(logits, y, loss, measure, per_exit=False, rule=rule)
+    shared = exits.calibrate(logits, y, loss, measure, per_exit=False, rule=rule, tiers=tiers)
     _, taken = exits.simulate(logits, thresholds, measure)
     _, shared_taken = exits.simulate(logits, shared, measure)
     assert float(flops[taken].mean()) <= float(flops[shared_taken].mean()) + 1e-9
@@ -465,7 +479,8 @@ def test_the_bound_rule_keeps_wrong_leavers_in_that_the_point_rule_lets_out():
     assert exits.upper_bound_loss(2, 0, 1000) == pytest.approx(0.48374, abs=1e-4)
     # at budget 0 the bound never passes (it is z / (n + 2) even with no loss): never exit
     assert exits.calibrate(logits, y, 0.0, rule="bound") == (1.0,)
-    assert ExitConfig().exit_calibration == exits.DEFAULT_CALIBRATION == "bound"
+    assert ExitConfig().exit_calibration == exits.DEFAULT_CALIBRATION == "tiers"
+    assert exits.FALLBACK_CALIBRATION == "bound"
 
 
 @pytest.mark.parametrize("measure", list(CONFIDENCES))
@@ -487,6 +502,100 @@ def test_the_bound_rule_never_picks_a_lower_threshold_than_the_point_rule(measur
     assert exits.calibrate(one_exit, y, loss, measure, rule="bound") >= exits.calibrate(
         one_exit, y, loss, measure, rule="point"
     )
+
+
+# --- tier-aware rules -------------------------------------------------------------------------
+
+
+def test_the_tiers_rule_keeps_in_the_wrong_leavers_the_hard_tier_would_pay_for():
+    """3,000 examples, 1,000 per tier, the head always right. Exit 0 is right and 0.999 sure on
+    everything but two hard examples, wrong and 0.955 sure. Over the whole split those two cost
+    a bound of 0.1615 points (b = 2, c = 0, n = 3000; by hand (2 + 1.6449 * sqrt(3 - 4/3002)) /
+    3002), within 0.2, so the bound rule lets everyone out (threshold 0). On the hard tier alone
+    (n = 1000) they cost 0.484 points, so the tiers rule stops at 0.96, above them; there no one
+    wrong leaves and each tier's bound is z / 1002 = 0.164 points."""
+    y = torch.zeros(3000, dtype=torch.long)
+    tiers = torch.arange(3000) // 1000  # 0 easy, 1 medium, 2 hard
+    exit0 = torch.cat([_sure(0.999, 0, 2998), _sure(0.955, 1, 2)])
+    logits = torch.stack([exit0, _sure(0.99, 0, 3000)])
+    assert exits.upper_bound_loss(2, 0, 3000) == pytest.approx(0.16153, abs=1e-4)
+    assert exits.upper_bound_loss(2, 0, 1000) == pytest.approx(0.48374, abs=1e-4)
+    assert exits.calibrate(logits, y, 0.2, rule="bound") == (0.0,)
+    assert exits.calibrate(logits, y, 0.2, rule="tiers", tiers=tiers) == pytest.approx((0.96,))
+    # a tier-aware rule needs tiers; the whole-split ones ignore them
+    with pytest.raises(
+        ExitError, match="--exit-calibration tiers needs the validation split's difficulty tiers"
+    ):
+        exits.calibrate(logits, y, 0.2, rule="tiers")
+    assert exits.calibrate(logits, y, 0.2, rule="bound", tiers=tiers) == (0.0,)
+
+
+@pytest.mark.parametrize("measure", list(CONFIDENCES))
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    k_exits=st.integers(1, 3),
+    loss=st.sampled_from([0.0, 0.2, 1.0, 5.0, 20.0]),
+)
+def test_the_tiers_rule_never_picks_a_lower_threshold_than_the_bound_rule(measure, seed, k_exits, loss):
+    """The tiers rule is the bound rule and more (each tier's bound too), so the downward
+    search stops no later: the shared threshold, and one exit's with the per-exit search."""
+    logits, y = _growing_exits(seed, k_exits)
+    tiers = _tiers_of(seed, len(y))
+    bound = exits.calibrate(logits, y, loss, measure, per_exit=False, rule="bound")
+    tiered = exits.calibrate(logits, y, loss, measure, per_exit=False, rule="tiers", tiers=tiers)
+    assert all(tt >= tb for tt, tb in zip(tiered, bound))
+    one_exit = logits[[0, -1]]
+    assert exits.calibrate(one_exit, y, loss, measure, rule="tiers", tiers=tiers) >= exits.calibrate(
+        one_exit, y, loss, measure, rule="bound"
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), k_exits=st.integers(1, 3), share=st.sampled_from([0.3, 0.5, 0.9]))
+def test_a_hard_deep_floor_keeps_that_share_of_the_hard_tier_past_the_first_exit(seed, k_exits, share):
+    logits, y = _growing_exits(seed, k_exits)
+    tiers = _tiers_of(seed, len(y))
+    floor = exits.CalibrationRule("floor", exits.point_loss, hard_deep=share)
+    thresholds = exits.calibrate(logits, y, 20.0, rule=floor, tiers=tiers)
+    _, taken = exits.simulate(logits, thresholds)
+    assert float((taken[tiers == exits.HARD_TIER] > 0).double().mean()) >= share
+    # without the floor, the same budget lets at least as many hard examples out at exit 1
+    _, free = exits.simulate(logits, exits.calibrate(logits, y, 20.0, rule="point"))
+    hard = tiers == exits.HARD_TIER
+    assert int((free[hard] == 0).sum()) >= int((taken[hard] == 0).sum())
+
+
+def test_the_hard_tier_id_matches_the_tier_names():
+    from pipeline.difficulty.tiers import TIER_NAMES
+
+    assert TIER_NAMES.index("hard") == exits.HARD_TIER
+
+
+def test_the_tiers_rule_falls_back_to_the_bound_without_tiers_and_says_so(tracking, small_data, capsys):
+    """A run without difficulty scores (train_static --exits without a score_difficulty run)
+    calibrates with the bound rule, prints one line saying why, and tags the rule it used."""
+    from pipeline.session import set_exit_thresholds
+
+    model = _model(with_exits(DEFAULT, "stages", 12))
+    cfg = ExitConfig(exits="stages")  # the default rule: tiers
+    with mlflow.start_run() as run:
+        set_exit_thresholds(model, small_data.val, cfg, 256, None)
+    tags = mlflow.get_run(run.info.run_id).data.tags
+    assert tags["exit_calibration"] == "bound" and "no difficulty tiers" in tags["exit_calibration_fallback"]
+    err = capsys.readouterr().err
+    assert "--exit-calibration tiers needs the validation split's difficulty tiers" in err
+    assert "calibrated with bound" in err
+    logits = exits.all_exit_logits(model, small_data.val.x)
+    bound = exits.calibrate(logits, small_data.val.y.cpu(), 0.2, rule="bound")
+    assert model.exit_thresholds == bound
+    # with tiers it uses them, logs each tier's bound, and the tag says tiers
+    tiers = torch.arange(len(small_data.val.y)) % 3
+    with mlflow.start_run() as run:
+        set_exit_thresholds(model, small_data.val, cfg, 256, tiers)
+    data = mlflow.get_run(run.info.run_id).data
+    assert data.tags["exit_calibration"] == "tiers" and "exit_calibration_fallback" not in data.tags
+    assert {f"val/exit_acc_loss_bound_{t}" for t in ("easy", "medium", "hard")} <= set(data.metrics)
 
 
 # --- size checks count stage exits ------------------------------------------------------------
