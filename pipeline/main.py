@@ -1,6 +1,6 @@
 """main: the whole study in one command: score, train static and dynamic variants, evaluate.
 
-    mlflow run . --env-manager local                  # the quick preset (about 13 min on 2 cores)
+    mlflow run . --env-manager local                  # the quick preset (about 14 min on 2 cores)
     mlflow run . --env-manager local -P preset=full   # the full study
 
 Each step is its own MLflow run started through ``mlflow run`` (so ``--env-manager`` reaches

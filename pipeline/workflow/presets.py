@@ -56,7 +56,7 @@ class Preset:
 
 
 PRESETS = {
-    # What the full study finds, small enough for a laptop (12 min 36 s on 2 idle cores, timed
+    # What the full study finds, small enough for a laptop (13 min 47 s on 2 idle cores, timed
     # whole with scripts/run): the full study's 12 epochs and
     # schedule, so growth, the curriculum's stages and pruning fall where they do there, on
     # 10,000 training examples rather than on short runs (the old preset, 4,000 examples for 6
