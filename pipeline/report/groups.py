@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from pipeline.budget import parse_budget
+from pipeline.budget import Budget, parse_budget
 from pipeline.report.metrics import TIME_TO_TARGET, fmt
 from pipeline.report.runs import COMPARABILITY_KEYS, LENGTH_KEYS, setting_of
 from pipeline.stats import time_to_target
@@ -76,8 +76,8 @@ class Group:
     def budget_unit(self) -> str:
         """ "flops" or "seconds" when the group's runs were all given the same amount of that
         (``--budget 3e12flops``), so a baseline of its setting had the same budget; else ""."""
-        budget = json.loads(self.setting).get("budget", "") if self.setting else ""
-        return next((unit for unit in ("flops", "seconds") if _amount_of(budget, unit)), "")
+        given = _given_amount(json.loads(self.setting).get("budget", "") if self.setting else "")
+        return given.unit if given else ""
 
     @property
     def is_baseline(self) -> bool:
@@ -215,20 +215,24 @@ def setting_labels(settings: Iterable[str]) -> dict[str, str]:
     def value(p: dict, key: str) -> str:
         if key == "budget" and not p.get(key):
             return f"{p.get('epochs') or '?'} epochs"  # no --budget: the run trained for --epochs
-        if key == "budget" and _amount_of(p[key], "flops"):
-            return f"{_amount_of(p[key], 'flops'):.3g} FLOPs"  # not all 17 digits it was given with
+        given = _given_amount(p[key]) if key == "budget" else None
+        if given and given.unit == "flops":
+            return f"{given.amount:.3g} FLOPs"  # not all 17 digits it was given with
         return p.get(key, "") or "-"
 
     return {s: ", ".join(f"{k} {value(p, k)}" for k in shown) for s, p in parsed.items()}
 
 
-def _amount_of(budget: str, unit: str) -> float:
-    """The amount of a ``--budget`` given in ``unit`` (flops or seconds), or 0."""
+def _given_amount(budget: str) -> Budget | None:
+    """A ``--budget`` given as an amount of FLOPs or seconds, parsed; None for epochs, another
+    run's cost or none."""
+    if not budget or budget.startswith("run:"):
+        return None
     try:
-        parsed = parse_budget(budget, 1) if budget and not budget.startswith("run:") else None
+        parsed = parse_budget(budget, 1)
     except ValueError:
-        return 0.0
-    return parsed.amount if parsed is not None and parsed.unit == unit else 0.0
+        return None
+    return parsed if parsed.unit in ("flops", "seconds") else None
 
 
 def _why_unmatched(g: Group, elsewhere: list[Group]) -> str:
