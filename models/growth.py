@@ -51,7 +51,9 @@ def _assemble(
     return SpecNet(spec, modules, exit_modules)
 
 
-def grow(model: SpecNet, event: GrowthEvent, init: str = "preserve") -> tuple[SpecNet, dict]:
+def grow(
+    model: SpecNet, event: GrowthEvent, init: str = "preserve", noise: float = 0.0
+) -> tuple[SpecNet, dict]:
     """Insert the event's layer; returns the grown model and a JSON-serialisable report.
 
     Every layer whose signature (type, fields, input shape) is unchanged keeps its module object,
@@ -64,6 +66,11 @@ def grow(model: SpecNet, event: GrowthEvent, init: str = "preserve") -> tuple[Sp
     whose input changed in any other way (a pool shrank the map, a layer narrowed it, an input
     that may be negative meets a ReLU) is re-initialised and ``preserved`` is False.
     ``init="random"``: the new and every changed layer get PyTorch's default initialisation.
+
+    ``noise`` (with ``preserve``): the weights the identity overwrote get ``noise`` times their
+    fresh random initialisation added back (Net2Net's noise, Chen et al. 2016), so the new layer
+    starts near the identity instead of on it and its channels differ from the start; the
+    function is then kept only approximately (the probe jump says by how much).
     """
     if init not in GROWTH_INITS:
         raise GrowthError(f"growth init {init!r}: use one of {', '.join(GROWTH_INITS)}")
@@ -82,7 +89,10 @@ def grow(model: SpecNet, event: GrowthEvent, init: str = "preserve") -> tuple[Sp
     new_module = fresh(layer, new_in[index])
     if init == "preserve":
         nonneg_in = index > 0 and output_nonnegative(spec)[index - 1]
+        drawn = _weight_tensors(new_module)
         preserved = LAYERS[layer["type"]].identity(new_module, layer, new_in[index], nonneg_in)
+        if preserved and noise > 0:
+            _add_noise(new_module, drawn, noise)
     else:
         preserved = layer["type"] == "dropout"  # the identity in eval mode whatever its init
     modules, reinitialised, widened = {layer["id"]: new_module}, [], []
@@ -125,6 +135,7 @@ def grow(model: SpecNet, event: GrowthEvent, init: str = "preserve") -> tuple[Sp
         "layer": dict(layer),
         "index": index,
         "init": init,
+        "noise": noise,
         "preserved": bool(preserved),
         "params_before": count_parameters(model),
         "params_after": count_parameters(grown),
@@ -132,6 +143,20 @@ def grow(model: SpecNet, event: GrowthEvent, init: str = "preserve") -> tuple[Sp
         "widened": widened,
     }
     return grown, info
+
+
+def _weight_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of a fresh module's weight matrices and kernels (not biases or norm scales, whose
+    identity values are their meaning: a zero bias, a zero residual gamma)."""
+    return {name: p.detach().clone() for name, p in module.named_parameters() if p.dim() > 1}
+
+
+@torch.no_grad()
+def _add_noise(module: nn.Module, drawn: dict[str, torch.Tensor], scale: float) -> None:
+    for name, param in module.named_parameters():
+        if name in drawn:
+            overwritten = param != drawn[name]
+            param.add_(scale * drawn[name] * overwritten)
 
 
 # --- a stage's head becomes an exit --------------------------------------------------------

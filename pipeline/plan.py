@@ -92,6 +92,11 @@ class GrowthConfig:
         "default", "growth schedule: a name, JSON, or compact like '3:conv(64)@after:pool1;6:residual'"
     )
     growth_init: str = opt("preserve", "preserve (function-preserving where possible) or random")
+    growth_noise: float = opt(
+        0.0,
+        "with preserve: add this multiple of a new layer's random init to the weights its identity "
+        "set (0: an exact identity)",
+    )
     grow_on: str = opt(
         "schedule", "schedule: at the events' epochs; plateau: also earlier when val/acc stalls"
     )
@@ -102,6 +107,10 @@ class GrowthConfig:
     def validate(self) -> GrowthConfig:
         if self.growth_init not in GROWTH_INITS:
             raise GrowthError(f"--growth-init {self.growth_init!r}: use one of {', '.join(GROWTH_INITS)}")
+        if self.growth_noise < 0:
+            raise GrowthError(f"--growth-noise must be non-negative, got {self.growth_noise}")
+        if self.growth_noise > 0 and self.growth_init != "preserve":
+            raise GrowthError("--growth-noise perturbs a preserved identity: it needs --growth-init preserve")
         if self.grow_on not in GROW_ON:
             raise GrowthError(f"--grow-on {self.grow_on!r}: use one of {', '.join(GROW_ON)}")
         if self.plateau_patience < 1:
@@ -152,7 +161,7 @@ class ExperimentPlan(TrainingPlan):
             start = time.perf_counter()
             input_shape = model.spec.input_shape
             flops_before = flops_per_example(model, input_shape)["forward"]
-            grown, info = grow(model, event, self.growth.growth_init)
+            grown, info = grow(model, event, self.growth.growth_init, self.growth.growth_noise)
             optimizer = rebuild_optimizer(optimizer, grown, self.cfg)
             x, y = (t.to(next(grown.parameters()).device) for t in self.probe)
             with autocast(self.precision, x.device):  # the jump as training sees it

@@ -72,6 +72,11 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     # does the grown network's ceiling come from the start network's basin?
     "random-init": ({}, {}, {"growth_init": "random"}, {}),
     "keep+random-init": ({}, {"tier_boundaries": "1,2", "prune_from": 3}, {"growth_init": "random"}, {}),
+    # The new layers start near the identity, not on it: Net2Net's noise at one and three
+    # times a fresh layer's init scale. Does an exact identity hold the grown network in the
+    # small network's basin (half of conv2's channels copying conv1's)?
+    "noise1": ({}, {}, {"growth_noise": 1.0}, {}),
+    "noise3": ({}, {}, {"growth_noise": 3.0}, {}),
     "keep+aug+smooth": (
         {"augment": "flip+shift", "label_smoothing": 0.1},
         {"tier_boundaries": "1,2", "prune_from": 3},
