@@ -171,6 +171,13 @@ CASES = [
     ),
     Case("label smoothing of 1", STATIC, (*SCORED, "--label-smoothing", "1"), "--label-smoothing must be"),
     Case("negative growth re-warm", DYNAMIC, (*SCORED, "--growth-rewarm", "-0.1"), "--growth-rewarm must be"),
+    Case("negative growth noise", DYNAMIC, (*SCORED, "--growth-noise", "-1"), "--growth-noise must be"),
+    Case(
+        "growth noise on a random init",
+        DYNAMIC,
+        (*SCORED, "--growth-init", "random", "--growth-noise", "1"),
+        "it needs --growth-init preserve",
+    ),
     Case("rejoin of the whole run", DYNAMIC, (*SCORED, "--rejoin", "1"), "--rejoin 1.0 must be a fraction"),
     Case("hold back everything", STATIC, (*SCORED, "--hold-back", "1"), "--hold-back 1.0 must be a share"),
     Case(

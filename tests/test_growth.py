@@ -276,6 +276,26 @@ def test_random_init_reinitialises_changed_layers_and_keeps_dtype():
         grow(model, parse_schedule("1:dropout")[0], init="net2net")
 
 
+@pytest.mark.parametrize("noise", [1.0, 3.0])
+def test_growth_noise_adds_the_fresh_init_to_what_the_identity_set(noise):
+    model = build_model(SMALL).eval()
+    event = parse_schedule("1:conv(64)@after:pool1")[0]
+    torch.manual_seed(5)
+    exact, _ = grow(model, event, init="preserve")
+    torch.manual_seed(5)  # the same draw: the noise consumes no extra randomness
+    noisy, info = grow(model, event, init="preserve", noise=noise)
+    torch.manual_seed(5)
+    drawn, _ = grow(model, event, init="random")
+    assert (info["noise"], info["preserved"]) == (noise, True)
+    new, old, fresh = (m.layers["conv2"].conv for m in (noisy, exact, drawn))
+    channels = old.weight.shape[1]  # conv2 reads the pool's channels; its first ones are the identity
+    torch.testing.assert_close(new.weight[:channels], old.weight[:channels] + noise * fresh.weight[:channels])
+    torch.testing.assert_close(new.weight[channels:], old.weight[channels:])  # random already
+    torch.testing.assert_close(new.bias, old.bias)  # a zero bias stays the identity's
+    x = torch.randn(7, *SMALL.input_shape)
+    assert not torch.allclose(noisy(x), model(x))  # near the function, no longer on it
+
+
 def test_optimizer_keeps_momentum_of_reused_parameters():
     torch.manual_seed(0)
     cfg = TrainConfig(lr=0.05, momentum=0.9)
