@@ -90,16 +90,24 @@ def run_one(call) -> dict:
 
 def reused_runs(paths: str, lever: str, subset: int) -> tuple[dict[tuple, dict], list[dict]]:
     """(seed, arm, fraction) -> the row of earlier frontier.json files (comma-separated), each
-    evaluated there already; and the files themselves. Two files holding one cell is an error."""
+    evaluated there already; and the files themselves. Two files holding one cell is an error.
+
+    A file of another lever gives only its static runs, and only if that lever's recipe (the
+    options of both arms) is this one's: a lever that changes the dynamic run alone shares its
+    static frontier with the default."""
     rows, files = {}, []
     for path in filter(None, paths.split(",")):
         earlier = json.loads(Path(path).read_text())
-        if earlier["lever"]["name"] != lever or earlier["subset"] != subset:
+        name = earlier["lever"]["name"]
+        same_recipe = earlier["lever"]["options"][0] == LEVERS[lever][0]
+        if earlier["subset"] != subset or not (name == lever or same_recipe):
             raise click.UsageError(
-                f"--reuse {path}: lever {earlier['lever']['name']}, subset {earlier['subset']}; "
-                f"this run has lever {lever}, subset {subset}"
+                f"--reuse {path}: lever {name}, subset {earlier['subset']}; this run has lever "
+                f"{lever}, subset {subset} (another lever's static runs need the same recipe)"
             )
         for r in earlier["runs"]:
+            if name != lever and r["arm"] != "static":
+                continue
             key = (r["seed"], r["arm"], r["fraction"])
             if key in rows and rows[key]["run_id"] != r["run_id"]:
                 raise click.UsageError(f"--reuse: seed {key[0]} {key[1]} at {key[2]:g} is in two files")
@@ -149,9 +157,9 @@ def first_match(times: list[float], accs: list[float], target: float) -> float:
 @click.option(
     "--reuse",
     default="",
-    help="previous frontier.json files, comma-separated (same lever and data): their runs are "
-    "taken as they are and only the missing arms train; with none missing, only the summary "
-    "and plot are rewritten",
+    help="previous frontier.json files, comma-separated (same lever and data; another lever's with "
+    "the same recipe lend their static runs): their runs are taken as they are and only the "
+    "missing arms train; with none missing, only the summary and plot are rewritten",
 )
 def main(
     seeds: str,

@@ -55,6 +55,7 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     "smooth": ({"label_smoothing": 0.1}, {}, {}, {}),
     "aug+smooth": ({"augment": "flip+shift", "label_smoothing": 0.1}, {}, {}, {}),
     "rejoin": ({}, {"rejoin": 0.25}, {}, {}),
+    "rejoin0.5": ({}, {"rejoin": 0.5}, {}, {}),
     "aug+rejoin": ({"augment": "flip+shift"}, {"rejoin": 0.25}, {}, {}),
     "rewarm": ({}, {}, {}, {"growth_rewarm": 0.05}),
     "aug+rewarm": ({"augment": "flip+shift"}, {}, {}, {"growth_rewarm": 0.05}),

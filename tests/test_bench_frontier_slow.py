@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import click
 import mlflow
 import pytest
 
@@ -100,3 +101,24 @@ def test_the_frontier_pairs_each_seeds_same_time_run_with_its_static_run(trackin
     assert summary["frontier"] == grown["frontier"] and summary["machine"] == first["machine"]
     assert all(run_id in summary["accuracy"] for run_id in re.findall(r"[0-9a-f]{32}", grown["accuracy"]))
     assert (joined / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_another_levers_file_lends_only_its_static_runs_and_only_with_the_same_recipe(tmp_path):
+    from scripts.bench_frontier import reused_runs
+    from scripts.bench_levers import LEVERS
+
+    def frontier(name: str) -> str:
+        path = tmp_path / f"{name}.json"
+        runs = [
+            {"seed": 100, "arm": arm, "fraction": 1.0, "run_id": arm} for arm in ("static", "dynamic-12ep")
+        ]
+        lever = {"name": name, "options": LEVERS[name]}
+        path.write_text(json.dumps({"lever": lever, "subset": 0, "runs": runs}))
+        return str(path)
+
+    rows, _ = reused_runs(frontier("base"), "noise1", 0)  # noise1 changes the dynamic run only
+    assert set(rows) == {(100, "static", 1.0)}
+    rows, _ = reused_runs(frontier("noise1"), "noise1", 0)
+    assert set(rows) == {(100, "static", 1.0), (100, "dynamic-12ep", 1.0)}
+    with pytest.raises(click.UsageError, match="lever smooth, subset 0; this run has lever noise1"):
+        reused_runs(frontier("smooth"), "noise1", 0)  # smoothing trains static differently
