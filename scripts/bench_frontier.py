@@ -33,7 +33,9 @@ the epoch loop with its validation passes, not MLflow logging) and training FLOP
     time is no more than static-12's (the minimal network's epochs cost more time per FLOP on
     CPU, so equal FLOPs is not equal time); every dynamic budget's difference and time ratio is in the JSON;
 (c) the same at equal epochs (dynamic-12ep against static-12), with the wall-clock ratio;
-(d) at each budget both arms trained at, dynamic against static given the same FLOPs.
+(d) at each budget both arms trained at, dynamic against static given the same FLOPs;
+(e) per difficulty tier of the test split, each arm and budget against static-12, with its test
+    loss: where a budget moves accuracy between tiers while the whole stays flat.
 
 score_difficulty's cost (which the dynamic arms' curriculum needs) is reported beside, charged
 to one run and amortised over the benchmark's dynamic runs. Seeds 0-2 chose the defaults and
@@ -68,6 +70,7 @@ from pipeline.stats import paired_test, summary
 from pipeline.training.config import TrainConfig
 from scripts.bench_dynamic import REPORT_SEEDS, TUNING_SEEDS, machine, scores_with_cost, warm_up
 from scripts.bench_frontier_figure import plot
+from scripts.bench_frontier_tiers import by_tier, print_tiers, test_by_tier
 from scripts.bench_levers import LEVERS
 
 REFERENCE_EPOCHS = 12
@@ -250,7 +253,9 @@ def main(
         evaluate_run = evaluate.run(evaluate.EvaluateConfig(runs=",".join(r["run_id"] for r in trained)))
         client = mlflow.MlflowClient()
         for row in trained:
-            row["test_acc"] = client.get_run(row["run_id"]).data.metrics["test/acc"]
+            metrics = client.get_run(row["run_id"]).data.metrics
+            row["test_acc"] = metrics["test/acc"]
+            row["test_tiers"] = test_by_tier(metrics)
         evaluate_runs.append(evaluate_run)
     for f in reused_files:  # each names its own evaluate runs and those it reused in turn
         evaluate_runs += re.findall(r"\b[0-9a-f]{32}\b", f["accuracy"])
@@ -362,6 +367,7 @@ def main(
         "c_test_points_at_equal_epochs": _points(at_epochs),
         "c_wallclock_ratio_at_equal_epochs": summary(time_12),
         "d_at_equal_budget": {str(share): v for share, v in at_budget.items()},
+        "e_by_tier_against_static_12": by_tier(runs),
         "runs": runs,
     }
     out = Path(output_dir)
@@ -396,6 +402,7 @@ def main(
             f"(95% CI {d['ci_low']:+.2f} to {d['ci_high']:+.2f}) in {v['wallclock_ratio']['mean']:.2f}x "
             f"static's wall-clock and {v['flops_ratio']['mean']:.2f}x its FLOPs at that budget"
         )
+    print_tiers(result["e_by_tier_against_static_12"])
 
 
 if __name__ == "__main__":

@@ -122,3 +122,28 @@ def test_another_levers_file_lends_only_its_static_runs_and_only_with_the_same_r
     assert set(rows) == {(100, "static", 1.0), (100, "dynamic-12ep", 1.0)}
     with pytest.raises(click.UsageError, match="lever smooth, subset 0; this run has lever noise1"):
         reused_runs(frontier("smooth"), "noise1", 0)  # smoothing trains static differently
+
+
+def test_by_tier_pairs_each_budget_with_its_seeds_static_12_run_per_tier():
+    from scripts.bench_frontier_tiers import by_tier, test_by_tier
+
+    def row(seed, arm, fraction, easy, medium, hard):
+        metrics = {"test/acc_easy": easy, "test/acc_medium": medium, "test/acc_hard": hard, "test/loss": 0.2}
+        return {"seed": seed, "arm": arm, "fraction": fraction, "test_tiers": test_by_tier(metrics)}
+
+    runs = [
+        row(100, "static", 1.0, 0.99, 0.98, 0.80),
+        row(101, "static", 1.0, 1.00, 0.97, 0.82),
+        row(100, "dynamic", 1.5, 0.99, 0.97, 0.82),  # medium traded for hard
+        row(101, "dynamic", 1.5, 0.99, 0.96, 0.83),
+        {"seed": 100, "arm": "static", "fraction": 0.5, "test_tiers": None},  # evaluated without scores
+        {"seed": 101, "arm": "static", "fraction": 0.5, "test_tiers": None},
+    ]
+    table = by_tier(runs)
+    assert set(table) == {"dynamic@1.5"}  # not static-12 against itself, nor runs without tiers
+    dynamic = table["dynamic@1.5"]
+    assert dynamic["seeds"] == [100, 101]
+    assert dynamic["medium"]["mean_diff"] == pytest.approx(-1.0)
+    assert dynamic["hard"]["mean_diff"] == pytest.approx(1.5)
+    assert dynamic["easy"]["mean_diff"] == pytest.approx(-0.5)
+    assert test_by_tier({"test/acc": 0.9, "test/loss": 0.3}) is None
