@@ -31,7 +31,8 @@ def by_tier(runs: list[dict]) -> dict[str, dict]:
     table = {}
     for (arm, fraction), rows in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         rows = sorted(rows, key=lambda r: r["seed"])
-        if (arm, fraction) == ("static", 1.0) or not all(r.get("test_tiers") and reference.get(r["seed"]) for r in rows):
+        tiered = all(r.get("test_tiers") and reference.get(r["seed"]) for r in rows)
+        if (arm, fraction) == ("static", 1.0) or not tiered:  # not static-12 against itself
             continue
         entry = {"arm": arm, "fraction": fraction, "seeds": [r["seed"] for r in rows]}
         for tier in TIERS:
