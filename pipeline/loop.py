@@ -133,6 +133,7 @@ def train_one_epoch(
     allows: Callable[[int, int, float], bool] | None = None,
     label_smoothing: float = 0.0,
     exit_weights: tuple[float, ...] | None = None,
+    after_step: Callable[[], None] | None = None,
 ) -> EpochStats:
     """One pass over ``positions`` (indices into ``split``) in a random order.
 
@@ -146,6 +147,7 @@ def train_one_epoch(
     ``label_smoothing`` applies to the training loss only (and so to the losses pruning sees).
     ``exit_weights`` (one per early exit of a model with exits): deep supervision, each
     example's loss the head's plus the weighted exits' (what pruning then sees too).
+    ``after_step()`` runs after each optimizer step (a weight average's update).
     """
     model.train()
     device = split.x.device
@@ -195,6 +197,8 @@ def train_one_epoch(
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
+        if after_step is not None:
+            after_step()
         losses[b] = batch_loss
         correct += (logits.detach().argmax(1) == y).sum()
         if (b + 1) % DIVERGENCE_CHECK_EVERY == 0 or b == n_batches - 1:

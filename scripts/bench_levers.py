@@ -85,6 +85,12 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
         {},
     ),
     "aug+early": ({"augment": "flip+shift"}, {}, {"schedule": "early"}, {}),
+    # Both arms validate and keep an average of their weights (--ema-decay 0.999: about the last
+    # 1,000 steps, two to three epochs), which a run's late wandering between the medium and
+    # hard examples might leave better than its last step. The dynamic run has twice static's
+    # epochs to average over.
+    "ema": ({"ema_decay": 0.999}, {}, {}, {}),
+    "rejoin+ema": ({"ema_decay": 0.999}, {"rejoin": 0.25}, {}, {}),
     # Label noise (--label-noise): an easy-first linear pacing that never uses the hardest
     # third (mostly wrong labels), its random-order control, and the same without pruning
     # (InfoBatch leaves out low-loss examples, which under noise are the clean ones).

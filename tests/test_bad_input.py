@@ -170,6 +170,7 @@ CASES = [
         "at epoch 0, global step",
     ),
     Case("label smoothing of 1", STATIC, (*SCORED, "--label-smoothing", "1"), "--label-smoothing must be"),
+    Case("weight average decay of 1", DYNAMIC, (*SCORED, "--ema-decay", "1"), "--ema-decay must be"),
     Case("negative growth re-warm", DYNAMIC, (*SCORED, "--growth-rewarm", "-0.1"), "--growth-rewarm must be"),
     Case("negative growth noise", DYNAMIC, (*SCORED, "--growth-noise", "-1"), "--growth-noise must be"),
     Case(

@@ -13,6 +13,7 @@ from models.builder import build_model
 from models.spec import ArchSpec
 from pipeline.loop import place_model
 from pipeline.precision import PrecisionError, resolve_precision
+from pipeline.training.average import WeightAverage
 from pipeline.training.config import TrainConfig, make_optimizer
 from pipeline.training.epoch_loop import TrainingPlan
 from pipeline.training.state import ArchitectureTrace, FitState
@@ -40,6 +41,7 @@ def checkpoint_dict(state: FitState, plan: TrainingPlan, cfg: TrainConfig) -> di
         "rng_torch": torch.get_rng_state(),
         "rng_data": state.generator.get_state(),
         "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "average": {} if state.average is None else state.average.state_dict(),
     }
 
 
@@ -87,6 +89,8 @@ def load_checkpoint(path: Path, cfg: TrainConfig, plan: TrainingPlan, device: to
     generator.set_state(ckpt["rng_data"])
     if ckpt["rng_cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
+    # A checkpoint written before --ema-decay existed holds none: the average starts afresh.
+    average = WeightAverage.restore(model, ckpt["average"]) if ckpt.get("average") else None
     return FitState(
         model=model,
         optimizer=optimizer,
@@ -98,6 +102,7 @@ def load_checkpoint(path: Path, cfg: TrainConfig, plan: TrainingPlan, device: to
         trace=ArchitectureTrace.from_dict(json.loads(ckpt["trace"])),
         generator=generator,
         precision=precision,
+        average=average,
     )
 
 

@@ -33,6 +33,12 @@ class TrainConfig:
     deterministic: bool = opt(False, "deterministic kernels: bit-identical reruns, somewhat slower")
     augment: str = opt("none", "batch augmentation: none, flip, shift or flip+shift")
     label_smoothing: float = opt(0.0, "label smoothing of the training loss (0: none)")
+    ema_decay: float = opt(
+        0.0,
+        "per-step decay of an exponential moving average of the weights, which validation, the "
+        "logged model and evaluate then use instead of the last step's (0: none; it restarts at "
+        "each growth event)",
+    )
     growth_rewarm: float = opt(
         0.0,
         "fraction of training over which the learning rate climbs back to the schedule's after "
@@ -63,6 +69,8 @@ class TrainConfig:
             raise ConfigError(f"--weight-decay must be non-negative, got {self.weight_decay}")
         if not 0 <= self.label_smoothing < 1:
             raise ConfigError(f"--label-smoothing must be a fraction in [0, 1), got {self.label_smoothing}")
+        if not 0 <= self.ema_decay < 1:
+            raise ConfigError(f"--ema-decay must be a fraction in [0, 1), got {self.ema_decay}")
         if not 0 <= self.growth_rewarm < 1:
             raise ConfigError(f"--growth-rewarm must be a fraction in [0, 1), got {self.growth_rewarm}")
         if not 0 <= self.warmup < 1:

@@ -19,6 +19,7 @@ from models.flops import flops_per_example
 from pipeline.data.dataset import Data
 from pipeline.loop import cosine_lr, evaluate_split, place_model, train_one_epoch
 from pipeline.precision import grad_scaler
+from pipeline.training.average import WeightAverage
 from pipeline.training.config import TrainConfig
 from pipeline.training.metrics import exit_accuracies, noise_metrics, noise_probe_positions, tier_accuracies
 from pipeline.training.state import ArchitectureTrace, FitState
@@ -119,7 +120,9 @@ def fit(
 
     ``on_epoch(epoch, metrics, state)`` sees every epoch's metrics (logging, pruning);
     ``checkpoint`` is called after each finished epoch. A ``meter`` (``budget.BudgetMeter``)
-    ends training before a step its FLOPs or seconds budget cannot pay for.
+    ends training before a step its FLOPs or seconds budget cannot pay for. With
+    ``--ema-decay``, validation sees the weight average, and at the end the model takes its
+    weights.
     """
     lr_at = functools.partial(learning_rate, cfg, state.trace)
     flops = flops_per_example(state.model, data.input_shape)
@@ -128,6 +131,8 @@ def fit(
     forward = _compiled(state.model, cfg)
     plan.precision = state.precision
     noise_probe = noise_probe_positions(data.train) if data.noisy else None
+    if cfg.ema_decay > 0 and state.average is None:
+        state.average = WeightAverage(state.model, cfg.ema_decay)
     for epoch in range(state.epoch, cfg.epochs):
         epoch_start = time.perf_counter()
         model, optimizer, events = plan.before_epoch(epoch, state.model, state.optimizer)
@@ -135,6 +140,8 @@ def fit(
             place_model(model, device)  # new layers take the layout of the old ones
             flops = flops_per_example(model, data.input_shape)
             forward = _compiled(model, cfg)
+            if state.average is not None:  # the old shape's average cannot follow the new one
+                state.average = WeightAverage(model, cfg.ema_decay)
         state.model, state.optimizer = model, optimizer
         state.trace.events.extend(events)
         positions = plan.positions(epoch, state.model, data)
@@ -164,6 +171,7 @@ def fit(
             allows=allows,
             label_smoothing=cfg.label_smoothing,
             exit_weights=plan.weights_for(state.model),
+            after_step=None if state.average is None else state.average.update,
         )
         if stats.examples == 0:  # the budget could not pay for a single step of this epoch
             state.stop_reason = "budget"
@@ -171,7 +179,8 @@ def fit(
         if stats.losses is not None:
             plan.record_losses(stats.order, stats.losses)
         val_start = time.perf_counter()
-        val = evaluate_split(forward, data.val, cfg.eval_batch_size, precision=state.precision)
+        scored = forward if state.average is None else state.average.model
+        val = evaluate_split(scored, data.val, cfg.eval_batch_size, precision=state.precision)
         if meter is not None:
             meter.reserve_s = time.perf_counter() - val_start
         state.global_step += stats.steps
@@ -198,7 +207,7 @@ def fit(
             **plan.epoch_info(epoch),
         }
         if state.model.spec.exits:  # outside the epoch's time too: a probe of each exit
-            metrics.update(exit_accuracies(state.model, data.val, cfg.eval_batch_size))
+            metrics.update(exit_accuracies(_scored_model(state), data.val, cfg.eval_batch_size))
         if data.noisy:  # measured outside the epoch's time: a probe, not part of training
             metrics.update(noise_metrics(forward, data, positions, val, noise_probe, cfg, state.precision))
         state.history.append({"epoch": epoch, **metrics})
@@ -213,7 +222,14 @@ def fit(
             break
     else:
         state.stop_reason = "epochs"
+    if state.average is not None:  # what was validated is what is logged and evaluated
+        state.model.load_state_dict(state.average.model.state_dict())
     return state
+
+
+def _scored_model(state: FitState) -> SpecNet:
+    """The model validation measures: the weight average where there is one."""
+    return state.model if state.average is None else state.average.model
 
 
 def _budget_allows(meter, flops_per_train_example: float, done: int, batch: int, elapsed: float) -> bool:

@@ -10,6 +10,7 @@ import torch
 from models.builder import SpecNet, build_model
 from models.spec import ArchSpec
 from pipeline.loop import place_model
+from pipeline.training.average import WeightAverage
 from pipeline.training.config import TrainConfig, make_optimizer
 
 
@@ -61,6 +62,7 @@ class FitState:
     generator: torch.Generator = field(default_factory=torch.Generator)
     precision: str = "fp32"  # resolved (fp32, bf16 or fp16); a resumed run keeps its own
     stop_reason: str = ""  # "epochs": trained them all; "budget": its budget ran out first
+    average: WeightAverage | None = None  # with --ema-decay: the averaged weights
 
 
 def new_state(spec: ArchSpec, cfg: TrainConfig, device: torch.device) -> FitState:

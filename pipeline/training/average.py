@@ -1,0 +1,67 @@
+"""An exponential moving average of a model's weights (``--ema-decay``), updated after every step.
+
+Late in training the weights of one step wander between solutions that trade some examples for
+others; their average sits between them and often generalises better. The average covers
+parameters and BatchNorm statistics alike (its running means follow the averaged weights), so
+the averaged copy is a complete model that validation, the logged model and evaluate can use.
+
+A growing model changes shape, so its average restarts from the grown network at each growth
+event: it then averages the complete network's training only, never weights of another shape.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+# The decay of the first updates is (1 + n) / (10 + n), below the asked-for one until it catches
+# up, so that an average started (or restarted at a growth event) from fresh weights does not lean
+# on them for the next thousands of steps.
+WARMUP_OFFSET = 10
+
+
+class WeightAverage:
+    """An averaged copy of ``model``, kept in eval mode and out of autograd."""
+
+    def __init__(self, model: nn.Module, decay: float, updates: int = 0):
+        if not 0 < decay < 1:
+            raise ValueError(f"decay must be in (0, 1), got {decay}")
+        self.decay = decay
+        self.updates = updates
+        self.model = copy.deepcopy(model).eval().requires_grad_(False)
+        self._bind(model)
+
+    def _bind(self, model: nn.Module) -> None:
+        """Pair each averaged tensor with the model's, by state-dict name: the optimizer updates
+        the model's parameters in place, so the pairs stay valid until the model is replaced."""
+        ours, theirs = self.model.state_dict(keep_vars=True), model.state_dict(keep_vars=True)
+        if ours.keys() != theirs.keys():
+            raise ValueError("the averaged model and the trained one have different layers")
+        floats = [name for name, tensor in ours.items() if tensor.is_floating_point()]
+        self._float_pairs = ([ours[n].data for n in floats], [theirs[n].data for n in floats])
+        self._other_pairs = [(ours[n].data, theirs[n].data) for n in ours if n not in floats]
+
+    def current_decay(self) -> float:
+        return min(self.decay, (1 + self.updates) / (WARMUP_OFFSET + self.updates))
+
+    @torch.no_grad()
+    def update(self) -> None:
+        """Move the average towards the trained model's current weights by one step."""
+        averaged, trained = self._float_pairs
+        if averaged:
+            torch._foreach_lerp_(averaged, trained, 1.0 - self.current_decay())
+        for ours, theirs in self._other_pairs:  # counters (BatchNorm's batches seen): the latest
+            ours.copy_(theirs)
+        self.updates += 1
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "updates": self.updates, "decay": self.decay}
+
+    @classmethod
+    def restore(cls, model: nn.Module, state: dict) -> WeightAverage:
+        """The average a checkpoint holds, bound to ``model`` (the trained model it averages)."""
+        average = cls(model, float(state["decay"]), int(state["updates"]))
+        average.model.load_state_dict(state["model"])
+        return average
