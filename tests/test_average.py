@@ -58,6 +58,20 @@ def test_each_update_is_the_moving_average_with_its_warm_up():
     assert not average.model.training and not any(p.requires_grad for p in average.model.parameters())
 
 
+def test_the_average_follows_a_model_whose_tensors_were_moved():
+    """``.to()`` to another layout replaces the model's tensors; the average pairs again."""
+    model = build_model(resolve_spec("tiny", (1, 28, 28), 10))
+    average = WeightAverage(model, decay=0.5)
+    model.to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(1.0)
+    for _ in range(200):
+        average.update()
+    for p in average.model.parameters():
+        torch.testing.assert_close(p, torch.ones_like(p))
+
+
 def test_validation_and_the_final_model_are_the_average_not_the_last_step(small_data):
     plain_cfg = dataclasses.replace(CFG, ema_decay=0.0)
     plain = fit(_fresh(small_data, plain_cfg), small_data, plain_cfg, TrainingPlan())

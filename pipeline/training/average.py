@@ -2,11 +2,14 @@
 
 Late in training the weights of one step wander between solutions that trade some examples for
 others; their average sits between them and often generalises better. The average covers
-parameters and BatchNorm statistics alike (its running means follow the averaged weights), so
-the averaged copy is a complete model that validation, the logged model and evaluate can use.
+parameters and BatchNorm statistics alike (the average of the trained model's running
+statistics, as is usual), so the averaged copy is a complete model that validation, the logged
+model and evaluate can use.
 
 A growing model changes shape, so its average restarts from the grown network at each growth
 event: it then averages the complete network's training only, never weights of another shape.
+Training itself never sees the average: growth starts from the last step's weights, so at a
+growth event validation falls back to them before the new average moves away.
 """
 
 from __future__ import annotations
@@ -31,17 +34,23 @@ class WeightAverage:
         self.decay = decay
         self.updates = updates
         self.model = copy.deepcopy(model).eval().requires_grad_(False)
-        self._bind(model)
+        self._trained = model
+        self._bind()
 
-    def _bind(self, model: nn.Module) -> None:
-        """Pair each averaged tensor with the model's, by state-dict name: the optimizer updates
-        the model's parameters in place, so the pairs stay valid until the model is replaced."""
-        ours, theirs = self.model.state_dict(keep_vars=True), model.state_dict(keep_vars=True)
+    def _bind(self) -> None:
+        """Pair each averaged tensor with the trained model's, by state-dict name. The optimizer
+        updates the model's tensors in place, so the pairs stay valid until something moves them
+        (``.to()`` to another layout or device replaces them): ``update`` then pairs again."""
+        ours, theirs = self.model.state_dict(keep_vars=True), self._trained.state_dict(keep_vars=True)
         if ours.keys() != theirs.keys():
             raise ValueError("the averaged model and the trained one have different layers")
         floats = [name for name, tensor in ours.items() if tensor.is_floating_point()]
         self._float_pairs = ([ours[n].data for n in floats], [theirs[n].data for n in floats])
         self._other_pairs = [(ours[n].data, theirs[n].data) for n in ours if n not in floats]
+        self._addresses = self._trained_addresses()
+
+    def _trained_addresses(self) -> list[int]:
+        return [t.data_ptr() for t in self._trained.state_dict(keep_vars=True).values()]
 
     def current_decay(self) -> float:
         return min(self.decay, (1 + self.updates) / (WARMUP_OFFSET + self.updates))
@@ -49,6 +58,8 @@ class WeightAverage:
     @torch.no_grad()
     def update(self) -> None:
         """Move the average towards the trained model's current weights by one step."""
+        if self._trained_addresses() != self._addresses:  # the model's tensors were replaced
+            self._bind()
         averaged, trained = self._float_pairs
         if averaged:
             torch._foreach_lerp_(averaged, trained, 1.0 - self.current_decay())

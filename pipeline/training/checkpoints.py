@@ -90,7 +90,12 @@ def load_checkpoint(path: Path, cfg: TrainConfig, plan: TrainingPlan, device: to
     if ckpt["rng_cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
     # A checkpoint written before --ema-decay existed holds none: the average starts afresh.
-    average = WeightAverage.restore(model, ckpt["average"]) if ckpt.get("average") else None
+    try:
+        average = WeightAverage.restore(model, ckpt["average"]) if ckpt.get("average") else None
+    except (KeyError, RuntimeError) as err:  # a weight average of another network or format
+        raise CheckpointError(
+            f"checkpoint {path}: its weight average does not fit its model ({err})"
+        ) from None
     return FitState(
         model=model,
         optimizer=optimizer,

@@ -141,7 +141,7 @@ def fit(
             flops = flops_per_example(model, data.input_shape)
             forward = _compiled(model, cfg)
             if state.average is not None:  # the old shape's average cannot follow the new one
-                state.average = WeightAverage(model, cfg.ema_decay)
+                state.average = WeightAverage(model, state.average.decay)
         state.model, state.optimizer = model, optimizer
         state.trace.events.extend(events)
         positions = plan.positions(epoch, state.model, data)
@@ -209,7 +209,7 @@ def fit(
         if state.model.spec.exits:  # outside the epoch's time too: a probe of each exit
             metrics.update(exit_accuracies(_scored_model(state), data.val, cfg.eval_batch_size))
         if data.noisy:  # measured outside the epoch's time: a probe, not part of training
-            metrics.update(noise_metrics(forward, data, positions, val, noise_probe, cfg, state.precision))
+            metrics.update(noise_metrics(scored, data, positions, val, noise_probe, cfg, state.precision))
         state.history.append({"epoch": epoch, **metrics})
         state.epoch = epoch + 1
         plan.after_epoch(epoch, metrics)
