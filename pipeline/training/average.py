@@ -47,10 +47,13 @@ class WeightAverage:
         floats = [name for name, tensor in ours.items() if tensor.is_floating_point()]
         self._float_pairs = ([ours[n].data for n in floats], [theirs[n].data for n in floats])
         self._other_pairs = [(ours[n].data, theirs[n].data) for n in ours if n not in floats]
+        # ``.to()`` keeps each Parameter object and swaps its storage (buffers move with them):
+        # the parameters' addresses tell, cheaply, whether the pairs are stale.
+        self._parameters = list(self._trained.parameters())
         self._addresses = self._trained_addresses()
 
     def _trained_addresses(self) -> list[int]:
-        return [t.data_ptr() for t in self._trained.state_dict(keep_vars=True).values()]
+        return [p.data_ptr() for p in self._parameters]
 
     def current_decay(self) -> float:
         return min(self.decay, (1 + self.updates) / (WARMUP_OFFSET + self.updates))

@@ -207,7 +207,8 @@ def fit(
             **plan.epoch_info(epoch),
         }
         if state.model.spec.exits:  # outside the epoch's time too: a probe of each exit
-            metrics.update(exit_accuracies(_scored_model(state), data.val, cfg.eval_batch_size))
+            probed = state.model if state.average is None else state.average.model
+            metrics.update(exit_accuracies(probed, data.val, cfg.eval_batch_size))
         if data.noisy:  # measured outside the epoch's time: a probe, not part of training
             metrics.update(noise_metrics(scored, data, positions, val, noise_probe, cfg, state.precision))
         state.history.append({"epoch": epoch, **metrics})
@@ -225,11 +226,6 @@ def fit(
     if state.average is not None:  # what was validated is what is logged and evaluated
         state.model.load_state_dict(state.average.model.state_dict())
     return state
-
-
-def _scored_model(state: FitState) -> SpecNet:
-    """The model validation measures: the weight average where there is one."""
-    return state.model if state.average is None else state.average.model
 
 
 def _budget_allows(meter, flops_per_train_example: float, done: int, batch: int, elapsed: float) -> bool:
