@@ -13,7 +13,10 @@ only; the frontier benchmark reports on other seeds and the test split), it trai
   diet without the growth;
 - ``dynamic``: train_dynamic, default schedule and curriculum, with the lever's options, at a
   training-FLOPs budget of ``--share`` times the static 12-epoch run's (0.85: about its
-  wall-clock on CPU, where the minimal network's epochs cost more time per FLOP).
+  wall-clock on CPU, where the minimal network's epochs cost more time per FLOP);
+- ``static-twin`` (only when asked): train_static on the network the lever's schedule grows
+  into, from the start, at the dynamic run's budget: for a lever that grows past the default
+  network, the control that says whether the growth or the bigger network wins.
 
 FLOPs budgets make each run's length independent of the machine's load, so two screens may run
 side by side (one thread each). Every run appends a JSON line (lever, arm, seed, val/acc,
@@ -33,6 +36,7 @@ import mlflow
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
 
+from models.schedule import final_spec, parse_schedule
 from models.spec import resolve_spec
 from pipeline import train_dynamic, train_static
 from pipeline.data.config import DataConfig
@@ -45,7 +49,12 @@ from pipeline.training.config import TrainConfig
 from scripts.bench_dynamic import TUNING_SEEDS, machine, scores_with_cost
 
 REFERENCE_EPOCHS = 12
-ARMS = ("static", "static-diet", "dynamic")
+ARMS = ("static", "static-diet", "static-twin", "dynamic")
+
+# The default schedule (everything at a quarter of 12 epochs) plus a second residual block at 7x7.
+BIGGER_SCHEDULE = (
+    "3:conv(64)@after:pool1;3:res1=residual@after:pool2;3:res2=residual@after:res1;3:dropout(0.3)"
+)
 
 # name -> (recipe: TrainConfig options for both arms, DynamicCurriculumConfig options, GrowthConfig
 # options, TrainConfig options for the dynamic arm only)
@@ -91,6 +100,12 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     # epochs to average over.
     "ema": ({"ema_decay": 0.999}, {}, {}, {}),
     "rejoin+ema": ({"ema_decay": 0.999}, {"rejoin": 0.25}, {}, {}),
+    # Grow past the default network: a second residual block at 7x7 (1.45x the default
+    # network's FLOPs per example). Static-12 of the default network is saturated by 9 epochs,
+    # so its last epochs buy nothing; at the same cost, growth may afford a bigger network
+    # whose ceiling is higher. ``--arms static-twin`` trains that network statically at the
+    # same budget, the control for the bigger network itself.
+    "res2": ({}, {}, {"schedule": BIGGER_SCHEDULE}, {}),
     # Label noise (--label-noise): an easy-first linear pacing that never uses the hardest
     # third (mostly wrong labels), its random-order control, and the same without pruning
     # (InfoBatch leaves out low-loss examples, which under noise are the clean ones).
@@ -117,7 +132,8 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     "--arms",
     default="static,dynamic",
     show_default=True,
-    help="of static, static-diet (the lever's diet without growth) and dynamic",
+    help="of static, static-diet (the lever's diet without growth), static-twin (the lever's final "
+    "network from the start, at the dynamic run's budget) and dynamic",
 )
 @click.option("--scores-run", default="", help="a finished score_difficulty run to reuse (empty: score here)")
 def main(
@@ -205,6 +221,13 @@ def main(
                     train = TrainConfig(epochs=REFERENCE_EPOCHS, seed=seed, **recipe)
                     spec = train_static.StaticConfig(spec=final.to_json())
                     record(name, arm, seed, train_static.run(data_cfg, train, spec, curriculum_cfg, quiet))
+            if "static-twin" in chosen and not have(name, "static-twin", seed, recipe):
+                start = resolve_spec(GrowthConfig(**growth).start_spec, data.input_shape, data.num_classes)
+                grown = final_spec(start, parse_schedule(GrowthConfig(**growth).schedule, REFERENCE_EPOCHS))
+                train = TrainConfig(epochs=REFERENCE_EPOCHS, seed=seed, budget=budget, **recipe)
+                spec = train_static.StaticConfig(spec=grown.to_json())
+                outcome = train_static.run(data_cfg, train, spec, CurriculumConfig(), quiet)
+                record(name, "static-twin", seed, outcome)
             if "dynamic" in chosen and not have(name, "dynamic", seed, recipe):
                 train = TrainConfig(
                     epochs=REFERENCE_EPOCHS, seed=seed, budget=budget, **recipe, **dynamic_only
