@@ -100,6 +100,10 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     # epochs to average over.
     "ema": ({"ema_decay": 0.999}, {}, {}, {}),
     "rejoin+ema": ({"ema_decay": 0.999}, {"rejoin": 0.25}, {}, {}),
+    # Random erasing on both arms (Zhong et al. 2020; on Fashion-MNIST it cut a ResNet's error
+    # by a fifth over long training). A regulariser that keeps longer training useful: static-12
+    # is saturated by 9 epochs without it, and the dynamic run's cheap epochs buy it twice as many.
+    "erase": ({"augment": "erase"}, {}, {}, {}),
     # Grow past the default network: a second residual block at 7x7 (1.45x the default
     # network's FLOPs per example). Static-12 of the default network is saturated by 9 epochs,
     # so its last epochs buy nothing; at the same cost, growth may afford a bigger network

@@ -140,3 +140,23 @@ def test_batch_augmentation_is_exactly_a_flip_and_or_a_shift_of_each_image():
             for o, a, b in zip(both, _shifted(x, dx, dy), _shifted(x.flip(3), dx, dy))
         )
     ]
+
+
+def test_random_erasing_replaces_one_rectangle_of_the_set_area_in_about_half_the_images():
+    x = torch.full((400, 1, 28, 28), 7.0)  # no N(0, 1) draw equals 7: changed pixels are erased
+    generator = torch.Generator().manual_seed(0)
+    out = augment_batch(x, "erase", generator)
+    changed = out != x
+    erased = changed.flatten(1).any(1)
+    assert 150 < int(erased.sum()) < 250  # probability 1/2 per image
+    for mask in changed[erased, 0]:
+        rows, cols = mask.any(1).nonzero().flatten(), mask.any(0).nonzero().flatten()
+        height, width = len(rows), len(cols)
+        # one solid rectangle: contiguous rows and columns, every pixel inside them erased
+        assert rows[-1] - rows[0] + 1 == height and cols[-1] - cols[0] + 1 == width
+        assert int(mask.sum()) == height * width
+        assert 0.02 * 784 - 28 <= height * width <= 0.4 * 784 + 28  # the area, up to rounding
+    again = augment_batch(x, "erase", torch.Generator().manual_seed(0))
+    assert torch.equal(out, again)  # the generator decides everything
+    flipped_then_erased = augment_batch(x, "flip+erase", torch.Generator().manual_seed(1))
+    assert 150 < int((flipped_then_erased != x).flatten(1).any(1).sum()) < 250

@@ -1,24 +1,71 @@
-"""Batch augmentation: flips and shifts of a whole batch at once."""
+"""Batch augmentation: flips, shifts and random erasing of a whole batch at once."""
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import torch
 
-AUGMENTATIONS = ("none", "flip", "shift", "flip+shift")
+# ``--augment`` joins any of these parts with "+", in this order ("flip+erase"), or is "none".
+AUGMENT_PARTS = ("flip", "shift", "erase")
+AUGMENTATIONS = (
+    "none",
+    *("+".join(c) for n in range(1, 4) for c in itertools.combinations(AUGMENT_PARTS, n)),
+)
+
+# Random erasing as Zhong et al. (AAAI 2020) set it up for Fashion-MNIST: each image, with
+# probability 1/2, gets one rectangle of 2-40% of its area and aspect ratio 0.3-3.3 replaced by
+# random values (the input is normalised, so N(0, 1) is its own scale).
+ERASE_P = 0.5
+ERASE_AREA = (0.02, 0.4)
+ERASE_ASPECT = (0.3, 1 / 0.3)
 
 
 def augment_batch(x: torch.Tensor, kind: str, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Augment a whole batch at once (B, C, H, W): horizontal flips and/or shifts of up to 2 px."""
+    """Augment a whole batch at once (B, C, H, W): horizontal flips and/or shifts of up to 2 px
+    and/or random erasing, in that order. Random draws come from ``generator`` (on the CPU),
+    so a run's augmentation follows its seed on any device."""
     if kind == "none":
         return x
+    parts = kind.split("+")
     b = x.shape[0]
-    if "flip" in kind:
+    if "flip" in parts:
         flip = torch.rand(b, generator=generator) < 0.5
         x = torch.where(flip.to(x.device)[:, None, None, None], x.flip(3), x)
-    if "shift" in kind:
+    if "shift" in parts:
         pad = 2
         padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))
         dx, dy = (torch.randint(0, 2 * pad + 1, (2,), generator=generator)).tolist()
         # One shift per batch keeps this a single slice; batches differ, so examples still vary.
         x = padded[:, :, dy : dy + x.shape[2], dx : dx + x.shape[3]]
+    if "erase" in parts:
+        x = _erase(x, generator)
     return x
+
+
+def _erase(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Each image, with probability ``ERASE_P``, gets one random rectangle (per image: its own
+    area, aspect ratio and place) filled with N(0, 1) noise."""
+    b, _, h, w = x.shape
+    area = torch.empty(b).uniform_(*ERASE_AREA, generator=generator) * h * w
+    log_aspect = torch.empty(b).uniform_(
+        math.log(ERASE_ASPECT[0]), math.log(ERASE_ASPECT[1]), generator=generator
+    )
+    aspect = log_aspect.exp()
+    eh = (area * aspect).sqrt().round().clamp(1, h).long()
+    ew = (area / aspect).sqrt().round().clamp(1, w).long()
+    top = (torch.rand(b, generator=generator) * (h - eh + 1)).long()
+    left = (torch.rand(b, generator=generator) * (w - ew + 1)).long()
+    erased = torch.rand(b, generator=generator) < ERASE_P
+    rows = torch.arange(h)[None, :, None]
+    cols = torch.arange(w)[None, None, :]
+    inside = (
+        (rows >= top[:, None, None])
+        & (rows < (top + eh)[:, None, None])
+        & (cols >= left[:, None, None])
+        & (cols < (left + ew)[:, None, None])
+        & erased[:, None, None]
+    )
+    noise = torch.randn(x.shape, generator=generator).to(device=x.device, dtype=x.dtype)
+    return torch.where(inside[:, None].to(x.device), noise, x)

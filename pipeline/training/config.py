@@ -31,7 +31,9 @@ class TrainConfig:
     seed: int = opt(0, "seed of weights, data order and dropout")
     device: str = opt("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
     deterministic: bool = opt(False, "deterministic kernels: bit-identical reruns, somewhat slower")
-    augment: str = opt("none", "batch augmentation: none, flip, shift or flip+shift")
+    augment: str = opt(
+        "none", "batch augmentation: none, or flip, shift and random erasing joined by +, e.g. flip+erase"
+    )
     label_smoothing: float = opt(0.0, "label smoothing of the training loss (0: none)")
     ema_decay: float = opt(
         0.0,
