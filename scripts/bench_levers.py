@@ -104,6 +104,7 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     # by a fifth over long training). A regulariser that keeps longer training useful: static-12
     # is saturated by 9 epochs without it, and the dynamic run's cheap epochs buy it twice as many.
     "erase": ({"augment": "erase"}, {}, {}, {}),
+    "erase+rejoin": ({"augment": "erase"}, {"rejoin": 0.25}, {}, {}),
     # Grow past the default network: a second residual block at 7x7 (1.45x the default
     # network's FLOPs per example). Static-12 of the default network is saturated by 9 epochs,
     # so its last epochs buy nothing; at the same cost, growth may afford a bigger network
