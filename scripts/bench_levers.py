@@ -276,6 +276,18 @@ def summarise(rows: list[dict], share: float, subset: int) -> None:
             f"{' '.join(f'{v:.4f}' for v in s_)} | diff {100 * test['mean_diff']:+.2f} pts "
             f"(CI {100 * test['ci_low']:+.2f} to {100 * test['ci_high']:+.2f}), time {time_ratio:.2f}x"
         )
+        twin = {
+            r["seed"]: r["val_acc"]
+            for r in rows
+            if (r["lever"], r["arm"], r["share"], r["subset"]) == (name, "static-twin", share, subset)
+        }
+        if set(seeds) <= set(twin):  # the lever's final network from the start, at the same budget
+            against = paired_test(d, [twin[s] for s in seeds])
+            print(
+                f"{'':12s} static-twin {' '.join(f'{twin[s]:.4f}' for s in seeds)} | dynamic - twin "
+                f"{100 * against['mean_diff']:+.2f} pts "
+                f"(CI {100 * against['ci_low']:+.2f} to {100 * against['ci_high']:+.2f})"
+            )
 
 
 if __name__ == "__main__":
