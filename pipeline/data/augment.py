@@ -11,7 +11,11 @@ import torch
 AUGMENT_PARTS = ("flip", "shift", "erase")
 AUGMENTATIONS = (
     "none",
-    *("+".join(c) for n in range(1, 4) for c in itertools.combinations(AUGMENT_PARTS, n)),
+    *(
+        "+".join(parts)
+        for n in range(1, len(AUGMENT_PARTS) + 1)
+        for parts in itertools.combinations(AUGMENT_PARTS, n)
+    ),
 )
 
 # Random erasing as Zhong et al. (AAAI 2020) set it up for Fashion-MNIST: each image, with
@@ -49,10 +53,8 @@ def _erase(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     area, aspect ratio and place) filled with N(0, 1) noise."""
     b, _, h, w = x.shape
     area = torch.empty(b).uniform_(*ERASE_AREA, generator=generator) * h * w
-    log_aspect = torch.empty(b).uniform_(
-        math.log(ERASE_ASPECT[0]), math.log(ERASE_ASPECT[1]), generator=generator
-    )
-    aspect = log_aspect.exp()
+    low, high = (math.log(a) for a in ERASE_ASPECT)  # uniform in log aspect: r and 1/r alike
+    aspect = torch.empty(b).uniform_(low, high, generator=generator).exp()
     eh = (area * aspect).sqrt().round().clamp(1, h).long()
     ew = (area / aspect).sqrt().round().clamp(1, w).long()
     top = (torch.rand(b, generator=generator) * (h - eh + 1)).long()
