@@ -174,8 +174,8 @@ def train_one_epoch(
         x = augment_batch(split.x[idx], augment, generator)
         y = split.y[idx]
         lr = lr_at((epoch + b / n_batches) / epochs)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        for group in optimizer.param_groups:  # growth's new layers may train at a multiple
+            group["lr"] = lr * group.get("lr_scale", 1.0)
         with autocast(precision, device):
             outputs = model(x, exits=True) if exit_weights is not None else [model(x)]
             logits = outputs[-1]

@@ -172,6 +172,7 @@ CASES = [
     Case("label smoothing of 1", STATIC, (*SCORED, "--label-smoothing", "1"), "--label-smoothing must be"),
     Case("weight average decay of 1", DYNAMIC, (*SCORED, "--ema-decay", "1"), "--ema-decay must be"),
     Case("negative growth re-warm", DYNAMIC, (*SCORED, "--growth-rewarm", "-0.1"), "--growth-rewarm must be"),
+    Case("zero growth rate scale", DYNAMIC, (*SCORED, "--growth-lr-scale", "0"), "--growth-lr-scale must be"),
     Case("negative growth noise", DYNAMIC, (*SCORED, "--growth-noise", "-1"), "--growth-noise must be"),
     Case(
         "growth noise on a random init",

@@ -14,7 +14,7 @@ from models.spec import ArchSpec
 from pipeline.loop import place_model
 from pipeline.precision import PrecisionError, resolve_precision
 from pipeline.training.average import WeightAverage
-from pipeline.training.config import TrainConfig, make_optimizer
+from pipeline.training.config import TrainConfig, grown_parameters, make_optimizer
 from pipeline.training.epoch_loop import TrainingPlan
 from pipeline.training.state import ArchitectureTrace, FitState
 
@@ -28,6 +28,7 @@ def checkpoint_dict(state: FitState, plan: TrainingPlan, cfg: TrainConfig) -> di
         "spec": state.model.spec.to_json(),
         "model": state.model.state_dict(),
         "optimizer": state.optimizer.state_dict(),
+        "grown_parameters": grown_parameters(state.optimizer, state.model),
         "epoch": state.epoch,
         "global_step": state.global_step,
         "cumulative_s": state.cumulative_s,
@@ -79,7 +80,7 @@ def load_checkpoint(path: Path, cfg: TrainConfig, plan: TrainingPlan, device: to
         raise CheckpointError(str(err)) from None
     model.load_state_dict(ckpt["model"])
     place_model(model, device)
-    optimizer = make_optimizer(model, cfg)
+    optimizer = make_optimizer(model, cfg, ckpt.get("grown_parameters", ()))
     optimizer.load_state_dict(ckpt["optimizer"])
     precision = _resumed_precision(str(ckpt.get("precision", "fp32")), cfg, device, path)
     plan.load_state_dict(json.loads(ckpt["plan"]))

@@ -3,6 +3,7 @@ build."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +47,11 @@ class TrainConfig:
         "fraction of training over which the learning rate climbs back to the schedule's after "
         "each growth event (0: no re-warm)",
     )
+    growth_lr_scale: float = opt(
+        1.0,
+        "learning-rate multiplier, for the rest of training, of the parameters each growth event "
+        "adds or re-initialises: they miss the rate's early, largest part (1: the schedule's rate)",
+    )
     eval_batch_size: int = opt(1024, "batch size for evaluation passes")
     precision: str = opt(
         "auto",
@@ -75,6 +81,8 @@ class TrainConfig:
             raise ConfigError(f"--ema-decay must be a fraction in [0, 1), got {self.ema_decay}")
         if not 0 <= self.growth_rewarm < 1:
             raise ConfigError(f"--growth-rewarm must be a fraction in [0, 1), got {self.growth_rewarm}")
+        if not self.growth_lr_scale > 0:
+            raise ConfigError(f"--growth-lr-scale must be positive, got {self.growth_lr_scale}")
         if not 0 <= self.warmup < 1:
             raise ConfigError(f"--warmup must be a fraction in [0, 1), got {self.warmup}")
         if self.augment not in AUGMENTATIONS:
@@ -88,11 +96,20 @@ class TrainConfig:
         return resolve_precision(self.precision, device)
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """One parameter group in ``model.parameters()`` order, so a checkpoint's optimizer state
-    always maps back onto a model rebuilt from the checkpoint's spec."""
+def make_optimizer(model: nn.Module, cfg: TrainConfig, grown: Collection[str] = ()) -> torch.optim.Optimizer:
+    """SGD over ``model``'s parameters in ``model.parameters()`` order, so a checkpoint's optimizer
+    state always maps back onto a model rebuilt from the checkpoint's spec.
+
+    With ``--growth-lr-scale`` other than 1, the parameters named in ``grown`` (those growth
+    added or re-initialised) form a second group whose ``lr_scale`` the training loop multiplies
+    the schedule's rate by; otherwise there is one group, as without growth."""
+    named = list(model.named_parameters())
+    scaled = {name for name, _ in named if name in grown} if cfg.growth_lr_scale != 1 else set()
+    groups = [{"params": [p for name, p in named if name not in scaled]}]
+    if scaled:
+        groups.append({"params": [p for name, p in named if name in scaled], "lr_scale": cfg.growth_lr_scale})
     return torch.optim.SGD(
-        model.parameters(),
+        groups,
         lr=cfg.lr,
         momentum=cfg.momentum,
         weight_decay=cfg.weight_decay,
@@ -100,12 +117,23 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     )
 
 
+def grown_parameters(optimizer: torch.optim.Optimizer, model: nn.Module) -> list[str]:
+    """The names of ``model``'s parameters in ``optimizer``'s scaled group (what growth added),
+    which a checkpoint records so a resumed run rebuilds the same groups."""
+    scaled = {id(p) for g in optimizer.param_groups if "lr_scale" in g for p in g["params"]}
+    return [name for name, p in model.named_parameters() if id(p) in scaled]
+
+
 def rebuild_optimizer(
     old: torch.optim.Optimizer, model: nn.Module, cfg: TrainConfig
 ) -> torch.optim.Optimizer:
     """A fresh optimizer over ``model``'s current parameters that keeps the state (momentum
-    buffers) of every parameter the old one already had; new parameters start with none."""
-    new = make_optimizer(model, cfg)
+    buffers) of every parameter the old one already had; new parameters start with none and,
+    with ``--growth-lr-scale``, join the scaled group (as do those an earlier growth added)."""
+    known = {id(p) for g in old.param_groups for p in g["params"]}
+    grown = set(grown_parameters(old, model))
+    grown.update(name for name, p in model.named_parameters() if id(p) not in known)
+    new = make_optimizer(model, cfg, grown)
     for param in model.parameters():
         if param in old.state:
             new.state[param] = old.state[param]
