@@ -25,6 +25,7 @@ from pipeline.precision import PRECISIONS
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.runs import tracked_run
+from pipeline.training.config import ConfigError, TrainConfig
 from pipeline.workflow.conclusion import record_outcome
 from pipeline.workflow.presets import PRESETS, Preset
 from pipeline.workflow.steps import StepRunner
@@ -44,6 +45,16 @@ class MainConfig:
     subset: int = opt(-1, "stratified examples per split; -1: the preset's, 0: all data")
     env_manager: str = opt("local", "environment manager for the steps: local, virtualenv, uv or conda")
     precision: str = opt("auto", "autocast precision of training and scoring steps: auto, fp32, bf16, fp16")
+    # The training recipe of every training step, static and dynamic alike, so each arm stays the
+    # other's matched control; the defaults are the steps' own.
+    augment: str = opt(
+        TrainConfig.augment, "batch augmentation of every training step (see train_static --help)"
+    )
+    label_smoothing: float = opt(TrainConfig.label_smoothing, "label smoothing of every training step")
+    weight_decay: float = opt(TrainConfig.weight_decay, "L2 weight decay of every training step")
+    ema_decay: float = opt(
+        TrainConfig.ema_decay, "weight-average decay of every training step (see train_static --help)"
+    )
     experiment_name: str = opt("", "MLflow experiment of main and its steps; empty: growing-cnn")
     registered_model: str = opt(
         "",
@@ -104,6 +115,22 @@ def resolve_preset(cfg: MainConfig) -> Preset:
     )
 
 
+RECIPE = ("augment", "label_smoothing", "weight_decay", "ema_decay")
+
+
+def training_options(cfg: MainConfig) -> dict:
+    """The options main gives every training step: its precision, and the recipe options that
+    differ from the steps' defaults (those at their default are left out, so the steps keep the
+    parameters, and main's reuse of them, they had before main passed a recipe)."""
+    recipe = {name: getattr(cfg, name) for name in RECIPE}
+    try:  # refused before any step runs, in the steps' own words
+        dataclasses.replace(TrainConfig(), **recipe).validate()
+    except ConfigError as err:
+        raise UpstreamError(str(err)) from None
+    changed = {name: value for name, value in recipe.items() if value != getattr(TrainConfig, name)}
+    return {"precision": cfg.precision, **changed}
+
+
 def noise_config(cfg: MainConfig, preset: Preset, rate: float) -> DataConfig:
     """The data of every step at one label-noise rate."""
     return DataConfig(
@@ -117,6 +144,7 @@ def noise_config(cfg: MainConfig, preset: Preset, rate: float) -> DataConfig:
 
 def run(cfg: MainConfig) -> str:
     preset = resolve_preset(cfg)
+    options = training_options(cfg)
     # Every level's data is validated before anything runs; its digest keys the steps' reuse.
     levels = {rate: load_data(noise_config(cfg, preset, rate)) for rate in preset.label_noise}
     with tracked_run(
@@ -147,7 +175,7 @@ def run(cfg: MainConfig) -> str:
                 precision=cfg.precision,
                 run_name=f"score-difficulty-{cfg.preset}{noise_label(rate, preset.noise_kind)}",
             )
-            training += train_level(step, cfg.precision, preset, data, data_params, scores[rate])
+            training += train_level(step, options, preset, data, data_params, scores[rate])
         evaluation = step("evaluate", runs=",".join(training), run_name=f"evaluate-{cfg.preset}")
         record_outcome(step, training, scores, evaluation, cfg.registered_model or f"growing-cnn-{data.name}")
         return active.info.run_id

@@ -193,6 +193,8 @@ CASES = [
     Case("zero learning rate in tune", "tune", (*TINY, "--lr", "0"), "--lr must be positive"),
     Case("unknown pruner", "tune", (*TINY, "--pruner", "sometimes"), "--pruner 'sometimes'"),
     Case("unknown preset", "main", ("--preset", "huge"), "--preset 'huge'"),
+    Case("unknown augmentation in main", "main", ("--augment", "blur"), "--augment 'blur'"),
+    Case("label smoothing of 1 in main", "main", ("--label-smoothing", "1"), "--label-smoothing must be"),
     # label noise
     Case(
         "label noise of 1", STATIC, (*TINY, "--label-noise", "1"), "--label-noise 1 must be a share in [0, 1)"

@@ -16,6 +16,7 @@ from tests.conftest import mlflow_run
 pytestmark = pytest.mark.slow
 
 SMALL = ("subset=300", "epochs=4", "seeds=0")  # 4: a quarter of it is one epoch of static
+RECIPE = ("augment=flip+erase", "label_smoothing=0.1")  # a recipe every training step shares
 # quick preset, one seed: score_difficulty, the static control, the dynamic variant, its
 # random-order control, the dynamic variant given the static run's seconds, the static control and
 # the dynamic variant both given a quarter of the static run's FLOPs, evaluate
@@ -23,7 +24,9 @@ STEPS = 8
 
 
 def _main(tracking: str, experiment_id: str) -> subprocess.CompletedProcess:
-    return mlflow_run(tracking, "main", *SMALL, options=("--experiment-id", experiment_id), timeout=900)
+    return mlflow_run(
+        tracking, "main", *SMALL, *RECIPE, options=("--experiment-id", experiment_id), timeout=900
+    )
 
 
 def _runs(experiment_id: str, entry_point: str) -> list:
@@ -59,6 +62,11 @@ def test_main_runs_the_study_and_a_second_run_reuses_every_step(tracking, tmp_pa
         spec = _logged_spec(run.info.run_id, tmp_path)
         specs[run.data.tags["entry_point"]].add(json.dumps([spec.input_shape, spec.layers], sort_keys=True))
     assert len(specs["train_dynamic"]) == 1 and specs["train_static"] == specs["train_dynamic"]
+    # main's recipe reaches every training step, static and dynamic alike, and only those
+    assert {(r.data.params["augment"], r.data.params["label_smoothing"]) for r in training} == {
+        ("flip+erase", "0.1")
+    }
+    assert "augment" not in _runs(experiment_id, "score_difficulty")[0].data.params
     variants = {run.data.tags["variant"] for run in training}
     assert len(variants) == 3  # static, and dynamic with and against the curriculum
     # The equal-cost run: its budget is the static run's training seconds, and the Conclusion
