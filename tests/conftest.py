@@ -12,10 +12,15 @@ import mlflow
 import pytest
 import torch
 
+from models.schedule import parse_schedule
+from models.spec import resolve_spec
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
+from pipeline.loop import seed_everything
+from pipeline.plan import ExperimentPlan, GrowthConfig
 from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
 from pipeline.training.epoch_loop import fit
+from pipeline.training.state import FitState, new_state
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,6 +67,17 @@ def subprocess_env(tracking_uri: str) -> dict[str, str]:
     # `mlflow run --env-manager local` runs `python -m ...` from PATH: make that the venv's.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return env
+
+
+def fresh_state(data, cfg) -> FitState:
+    """A new training state of the tiny spec for ``data``, its weights seeded by ``cfg``."""
+    seed_everything(cfg.seed, cfg.deterministic)
+    return new_state(resolve_spec("tiny", data.input_shape, data.num_classes), cfg, torch.device("cpu"))
+
+
+def growing_plan(data, cfg, schedule: str) -> ExperimentPlan:
+    """A plan that grows the tiny spec by ``schedule``, with no curriculum."""
+    return ExperimentPlan(cfg, data, parse_schedule(schedule, cfg.epochs), GrowthConfig())
 
 
 def interrupted_then_resumed(fresh, data, cfg, make_plan, path: Path, crash_after: int = 2, resume_cfg=None):

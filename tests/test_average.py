@@ -9,27 +9,15 @@ import pytest
 import torch
 
 from models.builder import build_model
-from models.schedule import parse_schedule
 from models.spec import resolve_spec
-from pipeline.loop import evaluate_split, seed_everything
-from pipeline.plan import ExperimentPlan, GrowthConfig
+from pipeline.loop import evaluate_split
 from pipeline.training.average import WeightAverage
 from pipeline.training.config import ConfigError, TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
-from pipeline.training.state import new_state
-from tests.conftest import interrupted_then_resumed
+from tests.conftest import fresh_state, growing_plan, interrupted_then_resumed
 
 CFG = TrainConfig(epochs=3, batch_size=100, deterministic=True, seed=5, ema_decay=0.9)
 SCHEDULE = "1:conv(16)@after:pool1;2:residual"
-
-
-def _fresh(data, cfg=CFG):
-    seed_everything(cfg.seed, cfg.deterministic)
-    return new_state(resolve_spec("tiny", data.input_shape, data.num_classes), cfg, torch.device("cpu"))
-
-
-def _growing(data, cfg=CFG, schedule=SCHEDULE):
-    return ExperimentPlan(cfg, data, parse_schedule(schedule, cfg.epochs), GrowthConfig())
 
 
 def test_each_update_is_the_moving_average_with_its_warm_up():
@@ -74,8 +62,8 @@ def test_the_average_follows_a_model_whose_tensors_were_moved():
 
 def test_validation_and_the_final_model_are_the_average_not_the_last_step(small_data):
     plain_cfg = dataclasses.replace(CFG, ema_decay=0.0)
-    plain = fit(_fresh(small_data, plain_cfg), small_data, plain_cfg, TrainingPlan())
-    averaged = fit(_fresh(small_data), small_data, CFG, TrainingPlan())
+    plain = fit(fresh_state(small_data, plain_cfg), small_data, plain_cfg, TrainingPlan())
+    averaged = fit(fresh_state(small_data, CFG), small_data, CFG, TrainingPlan())
     assert plain.average is None and averaged.average is not None
     # the same steps: training is untouched by the average, only what is measured differs
     assert [h["train/loss"] for h in averaged.history] == [h["train/loss"] for h in plain.history]
@@ -88,7 +76,7 @@ def test_validation_and_the_final_model_are_the_average_not_the_last_step(small_
 
 
 def test_the_average_restarts_from_the_grown_network_at_each_growth_event(small_data):
-    state = fit(_fresh(small_data), small_data, CFG, _growing(small_data))
+    state = fit(fresh_state(small_data, CFG), small_data, CFG, growing_plan(small_data, CFG, SCHEDULE))
     steps_per_epoch = -(-len(small_data.train) // CFG.batch_size)
     # grown before epoch 1 and again before epoch 2: only the last epoch's steps are averaged
     assert state.average.updates == steps_per_epoch
@@ -99,9 +87,11 @@ def test_the_average_restarts_from_the_grown_network_at_each_growth_event(small_
 def test_an_averaged_growing_run_resumes_exactly(small_data, tmp_path):
     """Grown before epoch 1, interrupted after epoch 2: the resumed average goes on from the
     checkpoint's, so the final weights match only if it was restored exactly."""
-    plan = lambda: _growing(small_data, schedule="1:conv(16)@after:pool1")
-    whole = fit(_fresh(small_data), small_data, CFG, plan())
-    resumed = interrupted_then_resumed(lambda: _fresh(small_data), small_data, CFG, plan, tmp_path / "a.pt")
+    plan = lambda: growing_plan(small_data, CFG, "1:conv(16)@after:pool1")
+    whole = fit(fresh_state(small_data, CFG), small_data, CFG, plan())
+    resumed = interrupted_then_resumed(
+        lambda: fresh_state(small_data, CFG), small_data, CFG, plan, tmp_path / "a.pt"
+    )
     keys = ("train/loss", "val/loss", "val/acc")
     assert [[h[k] for k in keys] for h in resumed.history] == [[h[k] for k in keys] for h in whole.history]
     assert resumed.average.updates == whole.average.updates

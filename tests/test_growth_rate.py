@@ -12,24 +12,12 @@ from models.builder import build_model
 from models.growth import grow
 from models.schedule import parse_schedule
 from models.spec import resolve_spec
-from pipeline.loop import seed_everything
-from pipeline.plan import ExperimentPlan, GrowthConfig
 from pipeline.training.config import ConfigError, TrainConfig, make_optimizer, rebuild_optimizer
 from pipeline.training.epoch_loop import fit
-from pipeline.training.state import new_state
-from tests.conftest import interrupted_then_resumed
+from tests.conftest import fresh_state, growing_plan, interrupted_then_resumed
 
 CFG = TrainConfig(epochs=3, batch_size=100, deterministic=True, seed=5, growth_lr_scale=3.0)
 SCHEDULE = "1:conv(16)@after:pool1"
-
-
-def _fresh(data, cfg=CFG):
-    seed_everything(cfg.seed, cfg.deterministic)
-    return new_state(resolve_spec("tiny", data.input_shape, data.num_classes), cfg, torch.device("cpu"))
-
-
-def _growing(data, cfg=CFG, schedule=SCHEDULE):
-    return ExperimentPlan(cfg, data, parse_schedule(schedule, cfg.epochs), GrowthConfig())
 
 
 def _scaled(optimizer) -> set[int]:
@@ -63,21 +51,23 @@ def test_without_a_scale_growth_keeps_one_group():
 
 
 def test_the_loop_trains_the_grown_layers_at_the_scaled_rate(small_data):
-    state = fit(_fresh(small_data), small_data, CFG, _growing(small_data))
+    state = fit(fresh_state(small_data, CFG), small_data, CFG, growing_plan(small_data, CFG, SCHEDULE))
     old, grown = state.optimizer.param_groups
     assert grown["lr"] == pytest.approx(3.0 * old["lr"]) and old["lr"] > 0
     assert state.history[-1]["train/lr"] == pytest.approx(old["lr"])  # the schedule's own rate
     cfg = dataclasses.replace(CFG, growth_lr_scale=1.0)
-    plain = fit(_fresh(small_data, cfg), small_data, cfg, _growing(small_data, cfg))
+    plain = fit(fresh_state(small_data, cfg), small_data, cfg, growing_plan(small_data, cfg, SCHEDULE))
     assert plain.history[-1]["val/loss"] != state.history[-1]["val/loss"]
 
 
 def test_a_growing_run_with_a_scaled_rate_resumes_exactly(small_data, tmp_path):
     """Grown before epoch 1, interrupted after epoch 2: the resumed run must rebuild the scaled
     group from the checkpoint, or its last epoch trains the new layer at the plain rate."""
-    plan = lambda: _growing(small_data)
-    whole = fit(_fresh(small_data), small_data, CFG, plan())
-    resumed = interrupted_then_resumed(lambda: _fresh(small_data), small_data, CFG, plan, tmp_path / "a.pt")
+    plan = lambda: growing_plan(small_data, CFG, SCHEDULE)
+    whole = fit(fresh_state(small_data, CFG), small_data, CFG, plan())
+    resumed = interrupted_then_resumed(
+        lambda: fresh_state(small_data, CFG), small_data, CFG, plan, tmp_path / "a.pt"
+    )
     keys = ("train/loss", "val/loss", "val/acc")
     assert [[h[k] for k in keys] for h in resumed.history] == [[h[k] for k in keys] for h in whole.history]
     assert _scaled(resumed.optimizer) and len(resumed.optimizer.param_groups) == 2

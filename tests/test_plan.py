@@ -9,13 +9,11 @@ from models.schedule import parse_schedule, validate_schedule
 from models.spec import resolve_spec
 from pipeline.curriculum.diet import growth_boundaries
 from pipeline.curriculum.strategies import make_curriculum
-from pipeline.loop import seed_everything
 from pipeline.plan import ExperimentPlan, GrowthConfig
 from pipeline.pruning import LossPruner
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
-from pipeline.training.state import new_state
-from tests.conftest import interrupted_then_resumed
+from tests.conftest import fresh_state, interrupted_then_resumed
 
 CFG = TrainConfig(epochs=4, batch_size=100, deterministic=True, seed=3)
 SCHEDULE = "1:conv(16)@after:pool1;2:residual;3:dropout(0.2)"
@@ -23,11 +21,6 @@ SCHEDULE = "1:conv(16)@after:pool1;2:residual;3:dropout(0.2)"
 
 def _plan(data, curriculum=None):
     return ExperimentPlan(CFG, data, parse_schedule(SCHEDULE, CFG.epochs), GrowthConfig(), curriculum)
-
-
-def _fresh(data):
-    seed_everything(CFG.seed, CFG.deterministic)
-    return new_state(resolve_spec("tiny", data.input_shape, data.num_classes), CFG, torch.device("cpu"))
 
 
 def _curriculum(data):
@@ -38,7 +31,7 @@ def _curriculum(data):
 
 
 def test_growth_during_fit_reaches_the_final_spec_with_every_parameter_optimised(small_data):
-    state = fit(_fresh(small_data), small_data, CFG, _plan(small_data))
+    state = fit(fresh_state(small_data, CFG), small_data, CFG, _plan(small_data))
     start = resolve_spec("tiny", small_data.input_shape, small_data.num_classes)
     final = validate_schedule(start, parse_schedule(SCHEDULE, CFG.epochs), CFG.epochs)
     assert state.model.spec.layers == final.layers
@@ -59,9 +52,9 @@ def test_growth_during_fit_reaches_the_final_spec_with_every_parameter_optimised
 
 
 def test_dynamic_run_with_curriculum_resumes_exactly(small_data, tmp_path):
-    whole = fit(_fresh(small_data), small_data, CFG, _plan(small_data, _curriculum(small_data)))
+    whole = fit(fresh_state(small_data, CFG), small_data, CFG, _plan(small_data, _curriculum(small_data)))
     resumed = interrupted_then_resumed(
-        lambda: _fresh(small_data),
+        lambda: fresh_state(small_data, CFG),
         small_data,
         CFG,
         lambda: _plan(small_data, _curriculum(small_data)),
@@ -89,8 +82,10 @@ def test_a_pruned_run_resumes_exactly_and_trains_on_fewer_examples(small_data, t
             CFG, small_data, parse_schedule(SCHEDULE, CFG.epochs), GrowthConfig(), pruner=pruner
         )
 
-    whole = fit(_fresh(small_data), small_data, CFG, plan())
-    resumed = interrupted_then_resumed(lambda: _fresh(small_data), small_data, CFG, plan, tmp_path / "p.pt")
+    whole = fit(fresh_state(small_data, CFG), small_data, CFG, plan())
+    resumed = interrupted_then_resumed(
+        lambda: fresh_state(small_data, CFG), small_data, CFG, plan, tmp_path / "p.pt"
+    )
     keys = ("train/loss", "val/loss", "val/acc", "train/examples", "curriculum/pruned_share")
     assert [[h[k] for k in keys] for h in resumed.history] == [[h[k] for k in keys] for h in whole.history]
     examples = [h["train/examples"] for h in whole.history]

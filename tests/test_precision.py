@@ -18,16 +18,11 @@ from pipeline.training.checkpoints import CheckpointError, load_checkpoint
 from pipeline.training.config import ConfigError, TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
 from pipeline.training.state import new_state
-from tests.conftest import interrupted_then_resumed
+from tests.conftest import fresh_state, interrupted_then_resumed
 
 CPU = torch.device("cpu")
 BF16 = TrainConfig(epochs=3, batch_size=64, deterministic=True, seed=3, precision="bf16")
 needs_bf16 = pytest.mark.skipif(not cpu_bf16_native(), reason="this CPU has no bf16 instructions")
-
-
-def _fresh(data, cfg):
-    seed_everything(cfg.seed, cfg.deterministic)
-    return new_state(resolve_spec("tiny", data.input_shape, data.num_classes), cfg, CPU)
 
 
 def test_auto_on_cpu_is_bf16_only_where_it_is_faster():
@@ -53,7 +48,7 @@ def test_bf16_without_bf16_instructions_is_refused():
 
 @needs_bf16
 def test_bf16_computes_in_bf16_and_keeps_fp32_weights(small_data):
-    state = fit(_fresh(small_data, BF16), small_data, BF16, TrainingPlan())
+    state = fit(fresh_state(small_data, BF16), small_data, BF16, TrainingPlan())
     assert state.precision == "bf16"
     assert all(p.dtype == torch.float32 for p in state.model.parameters())
     for buffer in state.optimizer.state.values():
@@ -72,17 +67,17 @@ def test_bf16_computes_in_bf16_and_keeps_fp32_weights(small_data):
 def test_bf16_differs_from_fp32_so_the_option_reaches_the_step(small_data):
     fp32 = dataclasses.replace(BF16, precision="fp32", epochs=1)
     bf16 = dataclasses.replace(BF16, epochs=1)
-    a = fit(_fresh(small_data, fp32), small_data, fp32, TrainingPlan())
-    b = fit(_fresh(small_data, bf16), small_data, bf16, TrainingPlan())
+    a = fit(fresh_state(small_data, fp32), small_data, fp32, TrainingPlan())
+    b = fit(fresh_state(small_data, bf16), small_data, bf16, TrainingPlan())
     assert a.history[-1]["train/loss"] != b.history[-1]["train/loss"]
 
 
 @needs_bf16
 def test_bf16_resume_is_bit_identical_and_keeps_its_precision(small_data, tmp_path):
-    whole = fit(_fresh(small_data, BF16), small_data, BF16, TrainingPlan())
+    whole = fit(fresh_state(small_data, BF16), small_data, BF16, TrainingPlan())
     # The resumed half runs with --precision auto (fp32 on this CPU): it must stay bf16.
     resumed = interrupted_then_resumed(
-        lambda: _fresh(small_data, BF16),
+        lambda: fresh_state(small_data, BF16),
         small_data,
         BF16,
         TrainingPlan,
@@ -102,7 +97,7 @@ def test_resume_with_another_explicit_precision_is_refused(small_data, tmp_path)
     from pipeline.training.checkpoints import save_checkpoint
 
     cfg = dataclasses.replace(BF16, epochs=1)
-    state = fit(_fresh(small_data, cfg), small_data, cfg, TrainingPlan())
+    state = fit(fresh_state(small_data, cfg), small_data, cfg, TrainingPlan())
     path = save_checkpoint(tmp_path / "c.pt", state, TrainingPlan(), cfg)
     with pytest.raises(CheckpointError, match="trained at bf16; resume with --precision bf16 or auto"):
         load_checkpoint(path, dataclasses.replace(cfg, precision="fp32"), TrainingPlan(), CPU)
@@ -134,7 +129,9 @@ def test_evaluate_infers_at_the_precision_it_is_given(small_data):
     the accuracies computed from each match a by-hand pass at that precision."""
     from pipeline.evaluate import compute_test_metrics
 
-    state = fit(_fresh(small_data, BF16), small_data, dataclasses.replace(BF16, epochs=1), TrainingPlan())
+    state = fit(
+        fresh_state(small_data, BF16), small_data, dataclasses.replace(BF16, epochs=1), TrainingPlan()
+    )
     model, split = state.model.eval(), small_data.val
     classes = [str(c) for c in range(small_data.num_classes)]
     for precision in ("fp32", "bf16"):

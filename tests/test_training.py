@@ -7,32 +7,26 @@ import dataclasses
 import pytest
 import torch
 
-from models.spec import resolve_spec
-from pipeline.loop import DivergenceError, cosine_lr, seed_everything, train_one_epoch
+from pipeline.loop import DivergenceError, cosine_lr, train_one_epoch
 from pipeline.training.config import ConfigError, TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit, learning_rate
-from pipeline.training.state import ArchitectureTrace, new_state
-from tests.conftest import interrupted_then_resumed
+from pipeline.training.state import ArchitectureTrace
+from tests.conftest import fresh_state, interrupted_then_resumed
 
 CFG = TrainConfig(epochs=3, batch_size=64, deterministic=True, seed=7)
 
 
-def _fresh(data, cfg=CFG):
-    seed_everything(cfg.seed, cfg.deterministic)
-    return new_state(resolve_spec("tiny", data.input_shape, data.num_classes), cfg, torch.device("cpu"))
-
-
 def test_same_seed_same_metrics(small_data):
-    a = fit(_fresh(small_data), small_data, CFG, TrainingPlan())
-    b = fit(_fresh(small_data), small_data, CFG, TrainingPlan())
+    a = fit(fresh_state(small_data, CFG), small_data, CFG, TrainingPlan())
+    b = fit(fresh_state(small_data, CFG), small_data, CFG, TrainingPlan())
     assert a.history[-1]["val/loss"] == b.history[-1]["val/loss"]
     assert a.history[-1]["val/acc"] > 0.5  # well above chance (0.1) on real data
 
 
 def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(small_data, tmp_path):
-    whole = fit(_fresh(small_data), small_data, CFG, TrainingPlan())
+    whole = fit(fresh_state(small_data, CFG), small_data, CFG, TrainingPlan())
     resumed = interrupted_then_resumed(
-        lambda: _fresh(small_data), small_data, CFG, TrainingPlan, tmp_path / "c.pt"
+        lambda: fresh_state(small_data, CFG), small_data, CFG, TrainingPlan, tmp_path / "c.pt"
     )
     keys = ("train/loss", "val/loss", "val/acc", "train/lr")
     assert [[h[k] for k in keys] for h in resumed.history] == [[h[k] for k in keys] for h in whole.history]
@@ -43,7 +37,7 @@ def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(small_data, tm
 def test_a_diverging_run_names_epoch_and_step(small_data):
     cfg = dataclasses.replace(CFG, lr=1e12, epochs=1)
     with pytest.raises(DivergenceError, match=r"at epoch 0, global step \d+"):
-        fit(_fresh(small_data, cfg), small_data, cfg, TrainingPlan())
+        fit(fresh_state(small_data, cfg), small_data, cfg, TrainingPlan())
 
 
 def test_cosine_schedule_warms_up_peaks_and_ends_at_zero():
@@ -66,7 +60,7 @@ def test_growth_rewarm_ramps_the_rate_back_after_each_growth_event():
 def test_label_smoothing_is_the_training_loss(small_data):
     """One batch of every example at a zero rate: the epoch's loss is the smoothed
     cross-entropy of the untouched model (train mode: batch statistics of that same batch)."""
-    state = fit(_fresh(small_data), small_data, dataclasses.replace(CFG, epochs=1), TrainingPlan())
+    state = fit(fresh_state(small_data, CFG), small_data, dataclasses.replace(CFG, epochs=1), TrainingPlan())
     n = len(small_data.train)
     with torch.no_grad():
         logits = state.model.train()(small_data.train.x)
