@@ -101,8 +101,8 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     "ema": ({"ema_decay": 0.999}, {}, {}, {}),
     "rejoin+ema": ({"ema_decay": 0.999}, {"rejoin": 0.25}, {}, {}),
     # Random erasing on both arms (Zhong et al. 2020). A regulariser that may keep longer
-    # training useful: static-12
-    # is saturated by 9 epochs without it, and the dynamic run's cheap epochs buy it twice as many.
+    # training useful: static-12 is saturated by 9 epochs without it, and the dynamic run's
+    # cheap epochs buy it twice as many.
     "erase": ({"augment": "erase"}, {}, {}, {}),
     "erase+rejoin": ({"augment": "erase"}, {"rejoin": 0.25}, {}, {}),
     # Twice the default weight decay (5e-4) on both arms, the last recipe option the issue names:

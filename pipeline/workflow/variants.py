@@ -45,8 +45,8 @@ def train_level(
     step: StepRunner, options: dict, preset: Preset, data: Data, data_params: dict, scores: str
 ) -> list[str]:
     """The training runs of one data setting (one noise level), each with ``options`` (precision
-    and training recipe, the same for every run): per seed the matched static
-    control of each final architecture, then every dynamic variant, then the ``equal_cost``
+    and training recipe, the same for every run): per seed the matched static control of each
+    final architecture, then every dynamic variant, then the ``equal_cost``
     variants given the static run's seconds; with ``equal_flops`` all of them again at the
     static run's training FLOPs; and at each of ``budget_fractions`` of those FLOPs the matched
     static control and the ``equal_cost`` variants, all given the same budget."""
