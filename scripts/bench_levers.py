@@ -122,10 +122,9 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     # were there from the start. Static has no grown layers, so it is the base static arm.
     "growth-lr2": ({}, {}, {}, {"growth_lr_scale": 2.0}),
     "erase+growth-lr2": ({"augment": "erase"}, {}, {}, {"growth_lr_scale": 2.0}),
-    # The other direction: twice the rate cost accuracy, so half. The grown layers start as
-    # identities inside a trained network; a gentler rate may keep them from undoing what the
-    # small network learned while the rest adapts (warm-started networks lose what a large
-    # early rate lets them forget and relearn worse, Ash & Adams 2020). With the best recipe.
+    # The other direction, since twice the rate cost accuracy: half. The grown layers start as
+    # identities inside a trained network, and a gentler rate keeps them near that function
+    # for longer while the rest adapts. With the best recipe so far.
     "erase+wd1e-3+growth-lr0.5": (
         {"augment": "erase", "weight_decay": 1e-3},
         {},
