@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from pipeline.data.augment import augment_batch
+from pipeline.data.augment import augment_batch, mixup_batch
 from pipeline.data.dataset import Split
 from pipeline.exits import deep_supervision_loss
 from pipeline.precision import autocast
@@ -132,6 +132,7 @@ def train_one_epoch(
     scaler: torch.amp.GradScaler | None = None,
     allows: Callable[[int, int, float], bool] | None = None,
     label_smoothing: float = 0.0,
+    mixup: float = 0.0,
     exit_weights: tuple[float, ...] | None = None,
     after_step: Callable[[], None] | None = None,
 ) -> EpochStats:
@@ -145,6 +146,9 @@ def train_one_epoch(
     asked before each step with the examples trained so far, the next batch's size and the
     seconds since the epoch started, ends the epoch early when it says no (a spent budget).
     ``label_smoothing`` applies to the training loss only (and so to the losses pruning sees).
+    ``mixup`` (its alpha; 0: none) blends each batch with itself in another order and mixes
+    the loss against both labels the same way (what pruning then sees too); the epoch's
+    accuracy counts the label with the larger share.
     ``exit_weights`` (one per early exit of a model with exits): deep supervision, each
     example's loss the head's plus the weighted exits' (what pruning then sees too).
     ``after_step()`` runs after each optimizer step (a weight average's update).
@@ -173,6 +177,9 @@ def train_one_epoch(
             break
         x = augment_batch(split.x[idx], augment, generator)
         y = split.y[idx]
+        if mixup > 0:
+            x, partner, lam = mixup_batch(x, mixup, generator)
+            y_partner = y[partner]
         lr = lr_at((epoch + b / n_batches) / epochs)
         for group in optimizer.param_groups:  # growth's new layers may train at a multiple
             group["lr"] = lr * group.get("lr_scale", 1.0)
@@ -182,9 +189,16 @@ def train_one_epoch(
             # autocast computes cross-entropy in fp32 whatever the logits' dtype
             if exit_weights is None and weights is None and per_example is None:
                 loss = nn.functional.cross_entropy(logits, y, label_smoothing=label_smoothing)
+                if mixup > 0:
+                    loss = lam * loss + (1 - lam) * nn.functional.cross_entropy(
+                        logits, y_partner, label_smoothing=label_smoothing
+                    )
                 batch_loss = loss.detach() * len(idx)
             else:
                 each = deep_supervision_loss(outputs, y, exit_weights or (), label_smoothing)  # (B,)
+                if mixup > 0:
+                    partners = deep_supervision_loss(outputs, y_partner, exit_weights or (), label_smoothing)
+                    each = lam * each + (1 - lam) * partners
                 loss = (each * weights[idx]).mean() if weights is not None else each.mean()
                 batch_loss = each.detach().sum()
                 if per_example is not None:
@@ -200,7 +214,7 @@ def train_one_epoch(
         if after_step is not None:
             after_step()
         losses[b] = batch_loss
-        correct += (logits.detach().argmax(1) == y).sum()
+        correct += (logits.detach().argmax(1) == (y if mixup == 0 or lam >= 0.5 else y_partner)).sum()
         if (b + 1) % DIVERGENCE_CHECK_EVERY == 0 or b == n_batches - 1:
             _check_finite(losses[: b + 1], epoch, global_step)
     if device.type == "cuda":

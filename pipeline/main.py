@@ -51,6 +51,7 @@ class MainConfig:
         TrainConfig.augment, "batch augmentation of every training step (see train_static --help)"
     )
     label_smoothing: float = opt(TrainConfig.label_smoothing, "label smoothing of every training step")
+    mixup: float = opt(TrainConfig.mixup, "mixup alpha of every training step (0: none)")
     weight_decay: float = opt(TrainConfig.weight_decay, "L2 weight decay of every training step")
     ema_decay: float = opt(
         TrainConfig.ema_decay, "weight-average decay of every training step (see train_static --help)"
@@ -115,7 +116,7 @@ def resolve_preset(cfg: MainConfig) -> Preset:
     )
 
 
-RECIPE = ("augment", "label_smoothing", "weight_decay", "ema_decay")
+RECIPE = ("augment", "label_smoothing", "mixup", "weight_decay", "ema_decay")
 
 
 def training_options(cfg: MainConfig) -> dict:

@@ -1,9 +1,10 @@
-"""Batch augmentation: flips, shifts and random erasing of a whole batch at once."""
+"""Batch augmentation: flips, shifts and random erasing of a whole batch at once, and mixup."""
 
 from __future__ import annotations
 
 import itertools
 import math
+import random
 
 import torch
 
@@ -71,3 +72,17 @@ def _erase(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     )
     noise = torch.randn(x.shape, generator=generator).to(device=x.device, dtype=x.dtype)
     return torch.where(inside[:, None].to(x.device), noise, x)
+
+
+def mixup_batch(
+    x: torch.Tensor, alpha: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Mixup (Zhang et al., ICLR 2018): each image of the batch blends with a partner from the
+    same batch, ``lam * x + (1 - lam) * x[partner]``, one ``lam ~ Beta(alpha, alpha)`` per
+    batch. Returns the blend, the partners' positions in the batch and ``lam``; the training
+    loss is then ``lam`` times the loss against the labels plus ``1 - lam`` times the loss
+    against the partners' labels."""
+    partner = torch.randperm(x.shape[0], generator=generator).to(x.device)
+    # torch's Beta sampler takes no generator; a seed drawn from it keeps lam on the run's seed.
+    lam = random.Random(int(torch.randint(2**62, (1,), generator=generator))).betavariate(alpha, alpha)
+    return lam * x + (1 - lam) * x[partner], partner, lam

@@ -3,6 +3,7 @@ build."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -36,6 +37,11 @@ class TrainConfig:
         "none", "batch augmentation: none, or flip, shift and random erasing joined by +, e.g. flip+erase"
     )
     label_smoothing: float = opt(0.0, "label smoothing of the training loss (0: none)")
+    mixup: float = opt(
+        0.0,
+        "mixup's alpha: each batch blends with itself in another order, by lam ~ Beta(alpha, alpha), "
+        "and so do the two labels' losses (0: none; 0.2 is a mild setting)",
+    )
     ema_decay: float = opt(
         0.0,
         "per-step decay of an exponential moving average of the weights, which validation, the "
@@ -77,6 +83,8 @@ class TrainConfig:
             raise ConfigError(f"--weight-decay must be non-negative, got {self.weight_decay}")
         if not 0 <= self.label_smoothing < 1:
             raise ConfigError(f"--label-smoothing must be a fraction in [0, 1), got {self.label_smoothing}")
+        if not 0 <= self.mixup < math.inf:
+            raise ConfigError(f"--mixup must be a non-negative alpha, got {self.mixup}")
         if not 0 <= self.ema_decay < 1:
             raise ConfigError(f"--ema-decay must be a fraction in [0, 1), got {self.ema_decay}")
         if not 0 <= self.growth_rewarm < 1:

@@ -170,6 +170,7 @@ def fit(
             scaler=scaler,
             allows=allows,
             label_smoothing=cfg.label_smoothing,
+            mixup=cfg.mixup,
             exit_weights=plan.weights_for(state.model),
             after_step=None if state.average is None else state.average.update,
         )
