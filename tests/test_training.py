@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import torch
 
+from pipeline.data.augment import mixup_batch
 from pipeline.loop import DivergenceError, cosine_lr, train_one_epoch
 from pipeline.training.config import ConfigError, TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit, learning_rate
@@ -82,6 +83,43 @@ def test_label_smoothing_is_the_training_loss(small_data):
     assert stats.loss == pytest.approx(float(expected), rel=1e-5)
 
 
+@pytest.mark.parametrize("example_losses", [False, True])
+def test_mixup_is_the_training_loss(small_data, example_losses):
+    """One batch of every example at a zero rate: the epoch's loss, and with ``example_losses``
+    each example's (what pruning sees), mix the losses against both labels by the batch's lam."""
+    state = fit(fresh_state(small_data, CFG), small_data, dataclasses.replace(CFG, epochs=1), TrainingPlan())
+    train = small_data.train
+    n = len(train)
+    generator = torch.Generator().manual_seed(0)
+    order = torch.randperm(n, generator=generator)  # the epoch's draws, in its order
+    mixed, partner, lam = mixup_batch(train.x[order], 8.0, generator)
+    assert 0.2 < lam < 0.8  # a large alpha blends visibly: lam near 1/2
+    with torch.no_grad():
+        logits = state.model.train()(mixed)
+    y = train.y[order]
+    each = [torch.nn.functional.cross_entropy(logits, t, reduction="none") for t in (y, y[partner])]
+    expected = lam * each[0] + (1 - lam) * each[1]
+    assert float(expected.mean()) > float(each[0].mean()) + 0.05  # not the plain loss
+    stats = train_one_epoch(
+        state.model,
+        state.optimizer,
+        train,
+        torch.arange(n),
+        batch_size=n,
+        lr_at=lambda p: 0.0,
+        epoch=0,
+        epochs=1,
+        global_step=0,
+        generator=torch.Generator().manual_seed(0),
+        example_losses=example_losses,
+        mixup=8.0,
+    )
+    assert stats.loss == pytest.approx(float(expected.mean()), rel=1e-5)
+    if example_losses:
+        assert torch.equal(stats.order, order)
+        torch.testing.assert_close(stats.losses, expected, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
@@ -89,6 +127,7 @@ def test_label_smoothing_is_the_training_loss(small_data):
         ("batch_size", -1, "--batch-size must be positive"),
         ("lr", 0.0, "--lr must be positive"),
         ("augment", "rotate", "--augment 'rotate'"),
+        ("mixup", -0.2, "--mixup must be a non-negative alpha"),
     ],
 )
 def test_bad_training_options_are_refused(field, value, message):
