@@ -58,28 +58,33 @@ def test_growth_rewarm_ramps_the_rate_back_after_each_growth_event():
     assert learning_rate(dataclasses.replace(cfg, growth_rewarm=0.0), trace, 0.2) == schedule(0.2)
 
 
-def test_label_smoothing_is_the_training_loss(small_data):
-    """One batch of every example at a zero rate: the epoch's loss is the smoothed
-    cross-entropy of the untouched model (train mode: batch statistics of that same batch)."""
-    state = fit(fresh_state(small_data, CFG), small_data, dataclasses.replace(CFG, epochs=1), TrainingPlan())
-    n = len(small_data.train)
-    with torch.no_grad():
-        logits = state.model.train()(small_data.train.x)
-    expected = torch.nn.functional.cross_entropy(logits, small_data.train.y, label_smoothing=0.2)
-    assert float(expected) > torch.nn.functional.cross_entropy(logits, small_data.train.y) + 0.05
-    stats = train_one_epoch(
+def one_batch_at_zero_rate(state, split, **options):
+    """One epoch of a single batch holding all of ``split``, at a zero learning rate and with a
+    generator seeded 0: its loss is that of the model as it was, under ``options``."""
+    return train_one_epoch(
         state.model,
         state.optimizer,
-        small_data.train,
-        torch.arange(len(small_data.train)),
-        batch_size=n,
+        split,
+        torch.arange(len(split)),
+        batch_size=len(split),
         lr_at=lambda p: 0.0,
         epoch=0,
         epochs=1,
         global_step=0,
         generator=torch.Generator().manual_seed(0),
-        label_smoothing=0.2,
+        **options,
     )
+
+
+def test_label_smoothing_is_the_training_loss(small_data):
+    """One batch of every example at a zero rate: the epoch's loss is the smoothed
+    cross-entropy of the untouched model (train mode: batch statistics of that same batch)."""
+    state = fit(fresh_state(small_data, CFG), small_data, dataclasses.replace(CFG, epochs=1), TrainingPlan())
+    with torch.no_grad():
+        logits = state.model.train()(small_data.train.x)
+    expected = torch.nn.functional.cross_entropy(logits, small_data.train.y, label_smoothing=0.2)
+    assert float(expected) > torch.nn.functional.cross_entropy(logits, small_data.train.y) + 0.05
+    stats = one_batch_at_zero_rate(state, small_data.train, label_smoothing=0.2)
     assert stats.loss == pytest.approx(float(expected), rel=1e-5)
 
 
@@ -89,9 +94,8 @@ def test_mixup_is_the_training_loss(small_data, example_losses):
     each example's (what pruning sees), mix the losses against both labels by the batch's lam."""
     state = fit(fresh_state(small_data, CFG), small_data, dataclasses.replace(CFG, epochs=1), TrainingPlan())
     train = small_data.train
-    n = len(train)
-    generator = torch.Generator().manual_seed(0)
-    order = torch.randperm(n, generator=generator)  # the epoch's draws, in its order
+    generator = torch.Generator().manual_seed(0)  # the epoch's, drawn in its order
+    order = torch.randperm(len(train), generator=generator)
     mixed, partner, lam = mixup_batch(train.x[order], 8.0, generator)
     assert 0.2 < lam < 0.8  # a large alpha blends visibly: lam near 1/2
     with torch.no_grad():
@@ -100,20 +104,7 @@ def test_mixup_is_the_training_loss(small_data, example_losses):
     each = [torch.nn.functional.cross_entropy(logits, t, reduction="none") for t in (y, y[partner])]
     expected = lam * each[0] + (1 - lam) * each[1]
     assert float(expected.mean()) > float(each[0].mean()) + 0.05  # not the plain loss
-    stats = train_one_epoch(
-        state.model,
-        state.optimizer,
-        train,
-        torch.arange(n),
-        batch_size=n,
-        lr_at=lambda p: 0.0,
-        epoch=0,
-        epochs=1,
-        global_step=0,
-        generator=torch.Generator().manual_seed(0),
-        example_losses=example_losses,
-        mixup=8.0,
-    )
+    stats = one_batch_at_zero_rate(state, train, example_losses=example_losses, mixup=8.0)
     assert stats.loss == pytest.approx(float(expected.mean()), rel=1e-5)
     if example_losses:
         assert torch.equal(stats.order, order)
