@@ -327,10 +327,12 @@ def main(
             "wallclock_ratio": summary(time_ratio("dynamic-same-time", 1.0)),
         }
         at_share = "same-time"
-    else:
+    elif dynamic_shares:
         within = [s for s in dynamic_shares if per_share[s]["wallclock_ratio"]["mean"] <= 1.0]
         at_share = max(within) if within else min(dynamic_shares)
-    at_cost = per_share[at_share]["test"]
+    else:  # --no-same-time --dynamic-fractions none: no dynamic run near static-12's cost
+        at_share = None
+    at_cost = per_share[at_share]["test"] if at_share is not None else None
     at_epochs = paired_test(acc("dynamic-12ep", 1.0), acc("static", 1.0))
     time_12 = [d["train_s"] / s["train_s"] for d, s in zip(cell("dynamic-12ep", 1.0), cell("static", 1.0))]
     n_dynamic = sum(r["arm"] != "static" for r in runs)
@@ -354,8 +356,8 @@ def main(
         "a_flops_ratio_to_match_static_12": matched_f / reference["flops"]["mean"],
         "lever": {"name": lever, "options": LEVERS[lever]},
         "b_dynamic_flops_share": at_share,
-        "b_wallclock_ratio": per_share[at_share]["wallclock_ratio"],
-        "b_test_points_at_static_12_wallclock": _points(at_cost),
+        "b_wallclock_ratio": None if at_share is None else per_share[at_share]["wallclock_ratio"],
+        "b_test_points_at_static_12_wallclock": None if at_cost is None else _points(at_cost),
         "b_test": at_cost,
         "per_dynamic_budget": {
             str(share): {
@@ -386,11 +388,16 @@ def main(
         print(
             f"(a) dynamic does not reach static-12's mean test accuracy ({100 * target:.2f}%) at any budget"
         )
-    how = "its own seconds" if same_time else f"{at_share:g}x its FLOPs"
+    if b is None:
+        print("(b) not measured: no dynamic run near static-12's cost (--no-same-time, no dynamic budgets)")
+    else:
+        how = "its own seconds" if same_time else f"{at_share:g}x its FLOPs"
+        print(
+            f"(b) at static-12's wall-clock (dynamic at {how}, {result['b_wallclock_ratio']['mean']:.2f}x "
+            f"its time): dynamic - static = {b['mean_diff']:+.2f} points (95% CI {b['ci_low']:+.2f} to "
+            f"{b['ci_high']:+.2f})"
+        )
     print(
-        f"(b) at static-12's wall-clock (dynamic at {how}, {result['b_wallclock_ratio']['mean']:.2f}x its "
-        f"time): dynamic - static = {b['mean_diff']:+.2f} points (95% CI {b['ci_low']:+.2f} to "
-        f"{b['ci_high']:+.2f})\n"
         f"(c) at 12 epochs: dynamic - static = {c['mean_diff']:+.2f} points "
         f"(95% CI {c['ci_low']:+.2f} to {c['ci_high']:+.2f}) in "
         f"{result['c_wallclock_ratio_at_equal_epochs']['mean']:.2f}x the wall-clock"

@@ -102,6 +102,32 @@ def test_the_frontier_pairs_each_seeds_same_time_run_with_its_static_run(trackin
     assert all(run_id in summary["accuracy"] for run_id in re.findall(r"[0-9a-f]{32}", grown["accuracy"]))
     assert (joined / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
+    # With neither the same-time arm nor a dynamic budget there is no (b) to state: the summary
+    # says so and still writes the rest (it once crashed here, after all the training).
+    bare = tmp_path / "bare"
+    no_b = subprocess.run(
+        [
+            *BENCH,
+            *args,
+            "--no-same-time",
+            "--reuse",
+            str(joined / "frontier.json"),
+            "--output-dir",
+            str(bare),
+        ],
+        env=subprocess_env(tracking),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert no_b.returncode == 0, no_b.stderr[-3000:]
+    assert "(b) not measured" in no_b.stdout and "(c) at 12 epochs" in no_b.stdout
+    report = json.loads((bare / "frontier.json").read_text())
+    assert (
+        report["b_test"] is None
+        and report["c_test_points_at_equal_epochs"] == first["c_test_points_at_equal_epochs"]
+    )
+
 
 def test_another_levers_file_lends_only_its_static_runs_and_only_with_the_same_recipe(tmp_path):
     from scripts.bench_frontier import reused_runs
