@@ -6,6 +6,7 @@ transforms, so the step is what costs.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
@@ -177,6 +178,7 @@ def train_one_epoch(
             break
         x = augment_batch(split.x[idx], augment, generator)
         y = split.y[idx]
+        y_partner, lam = None, 1.0
         if mixup > 0:
             x, partner, lam = mixup_batch(x, mixup, generator)
             y_partner = y[partner]
@@ -188,17 +190,19 @@ def train_one_epoch(
             logits = outputs[-1]
             # autocast computes cross-entropy in fp32 whatever the logits' dtype
             if exit_weights is None and weights is None and per_example is None:
-                loss = nn.functional.cross_entropy(logits, y, label_smoothing=label_smoothing)
-                if mixup > 0:
-                    loss = lam * loss + (1 - lam) * nn.functional.cross_entropy(
-                        logits, y_partner, label_smoothing=label_smoothing
-                    )
+                loss_of = functools.partial(
+                    nn.functional.cross_entropy, logits, label_smoothing=label_smoothing
+                )
+                loss = _mixed(loss_of, y, y_partner, lam)
                 batch_loss = loss.detach() * len(idx)
             else:
-                each = deep_supervision_loss(outputs, y, exit_weights or (), label_smoothing)  # (B,)
-                if mixup > 0:
-                    partners = deep_supervision_loss(outputs, y_partner, exit_weights or (), label_smoothing)
-                    each = lam * each + (1 - lam) * partners
+                loss_of = functools.partial(
+                    deep_supervision_loss,
+                    outputs,
+                    weights=exit_weights or (),
+                    label_smoothing=label_smoothing,
+                )
+                each = _mixed(loss_of, y, y_partner, lam)  # (B,)
                 loss = (each * weights[idx]).mean() if weights is not None else each.mean()
                 batch_loss = each.detach().sum()
                 if per_example is not None:
@@ -214,7 +218,8 @@ def train_one_epoch(
         if after_step is not None:
             after_step()
         losses[b] = batch_loss
-        correct += (logits.detach().argmax(1) == (y if mixup == 0 or lam >= 0.5 else y_partner)).sum()
+        counted = y if y_partner is None or lam >= 0.5 else y_partner  # the label with the larger share
+        correct += (logits.detach().argmax(1) == counted).sum()
         if (b + 1) % DIVERGENCE_CHECK_EVERY == 0 or b == n_batches - 1:
             _check_finite(losses[: b + 1], epoch, global_step)
     if device.type == "cuda":
@@ -226,6 +231,13 @@ def train_one_epoch(
     if per_example is not None:
         stats.order, stats.losses = order[:n].cpu(), per_example[:n].cpu()
     return stats
+
+
+def _mixed(loss_of: Callable, y: torch.Tensor, y_partner: torch.Tensor | None, lam: float) -> torch.Tensor:
+    """``loss_of(y)``; with mixup's partner labels, ``lam`` times it plus ``1 - lam`` times
+    ``loss_of(y_partner)``."""
+    loss = loss_of(y)
+    return loss if y_partner is None else lam * loss + (1 - lam) * loss_of(y_partner)
 
 
 def _check_finite(losses: torch.Tensor, epoch: int, first_step: int) -> None:
