@@ -35,7 +35,14 @@ the epoch loop with its validation passes, not MLflow logging) and training FLOP
 (c) the same at equal epochs (dynamic-12ep against static-12), with the wall-clock ratio;
 (d) at each budget both arms trained at, dynamic against static given the same FLOPs;
 (e) per difficulty tier of the test split, each arm and budget against static-12, with its test
-    loss: where a budget moves accuracy between tiers while the whole stays flat.
+    loss: where a budget moves accuracy between tiers while the whole stays flat;
+(f) the equal-epochs dynamic run against static given the smallest budget below static-12's
+    whose FLOPs are no fewer than the grown network spent (with ``--fractions 0.5,1``, static at 6
+    epochs): the 12-epoch run's accuracy at about its own cost, static not short-changed.
+
+``frontier.json`` is rewritten as each run finishes, marked ``"complete": false`` until the
+summary is in: if the benchmark stops part-way, ``--reuse`` of that file keeps every run that
+finished (those not yet evaluated are evaluated then) and trains only the rest.
 
 score_difficulty's cost (which the dynamic arms' curriculum needs) is reported beside, charged
 to one run and amortised over the benchmark's dynamic runs. Seeds 0-2 chose the defaults and
@@ -117,6 +124,20 @@ def reused_runs(paths: str, lever: str, subset: int) -> tuple[dict[tuple, dict],
             rows[key] = r
         files.append(earlier)
     return rows, files
+
+
+def write_json(path: Path, content: dict) -> None:
+    """Write ``content`` whole or not at all: a stop mid-write leaves the previous file intact."""
+    partial = path.with_suffix(path.suffix + ".partial")
+    partial.write_text(json.dumps(content, indent=2))
+    partial.replace(path)
+
+
+def cheapest_static_covering(static: list[dict], flops: float) -> float | None:
+    """The smallest static budget below static-12 whose mean FLOPs are at least ``flops``: the
+    cost at which static, given no less compute, is set against a dynamic run; None if none."""
+    covering = [p["fraction"] for p in static if p["fraction"] < 1.0 and p["flops"]["mean"] >= flops]
+    return min(covering, default=None)
 
 
 def _points(test: dict) -> dict:
@@ -205,7 +226,18 @@ def main(
         scoring = reused_files[0]["score_difficulty"]
     quiet = RunConfig(progress=False)
     static_cfg = train_static.StaticConfig(spec=final.to_json())
-    runs = []
+    runs, evaluate_runs = [], []
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    host = machine() if to_train else reused_files[0]["machine"]
+
+    def save_partial() -> None:
+        """What --reuse needs to resume from here, before the summary: the runs so far."""
+        partial = {"complete": False, "lever": {"name": lever, "options": LEVERS[lever]}, "subset": subset}
+        accuracy = f"test split through evaluate (runs {', '.join(evaluate_runs)})" if evaluate_runs else ""
+        partial |= {"machine": host, "score_difficulty": scoring, "accuracy": accuracy, "runs": runs}
+        write_json(out / "frontier.json", partial)
+
     for seed in seed_list:
         order = list(arms)
         random.Random(seed).shuffle(order)
@@ -246,9 +278,9 @@ def main(
             if (arm, share) == ("static", 1.0):
                 static_12_run = row["run_id"]
             runs.append(row)
+            save_partial()  # before the line that says it finished
             print(json.dumps(row), flush=True)
     trained = [r for r in runs if "test_acc" not in r]
-    evaluate_runs = []
     if trained:
         evaluate_run = evaluate.run(evaluate.EvaluateConfig(runs=",".join(r["run_id"] for r in trained)))
         client = mlflow.MlflowClient()
@@ -257,6 +289,7 @@ def main(
             row["test_acc"] = metrics["test/acc"]
             row["test_tiers"] = test_by_tier(metrics)
         evaluate_runs.append(evaluate_run)
+        save_partial()
     for f in reused_files:  # each names its own evaluate runs and those it reused in turn
         evaluate_runs += re.findall(r"\b[0-9a-f]{32}\b", f["accuracy"])
 
@@ -335,13 +368,25 @@ def main(
     at_cost = per_share[at_share]["test"] if at_share is not None else None
     at_epochs = paired_test(acc("dynamic-12ep", 1.0), acc("static", 1.0))
     time_12 = [d["train_s"] / s["train_s"] for d, s in zip(cell("dynamic-12ep", 1.0), cell("static", 1.0))]
+    # (f) the 12-epoch grown network against static given about its cost, and no less.
+    f_share = cheapest_static_covering(frontier["static"], frontier["dynamic-12ep"][0]["flops"]["mean"])
+    against_cost = None
+    if f_share is not None:
+        pairs = list(zip(cell("dynamic-12ep", 1.0), cell("static", f_share)))
+        against_cost = {
+            "static_fraction": f_share,
+            "test_points": _points(paired_test(acc("dynamic-12ep", 1.0), acc("static", f_share))),
+            "wallclock_ratio": summary([d["train_s"] / s["train_s"] for d, s in pairs]),
+            "flops_ratio": summary([d["flops"] / s["flops"] for d, s in pairs]),
+        }
     n_dynamic = sum(r["arm"] != "static" for r in runs)
     result = {
+        "complete": True,
         "seeds": seed_list,
         "seeds_that_chose_the_defaults": list(TUNING_SEEDS),
         "device": str(pick_device("auto")),
         "platform": platform.platform(),
-        "machine": machine() if trained else reused_files[0]["machine"],
+        "machine": host,
         "subset": subset,
         "static_12_flops": static_12,
         "accuracy": f"test split through evaluate (runs {', '.join(dict.fromkeys(evaluate_runs))})",
@@ -370,11 +415,10 @@ def main(
         "c_wallclock_ratio_at_equal_epochs": summary(time_12),
         "d_at_equal_budget": {str(share): v for share, v in at_budget.items()},
         "e_by_tier_against_static_12": by_tier(runs),
+        "f_equal_epochs_against_static_at_its_cost": against_cost,
         "runs": runs,
     }
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "frontier.json").write_text(json.dumps(result, indent=2))
+    write_json(out / "frontier.json", result)
     title = f"Fashion-MNIST ({subset or 'full'}), lever {lever}, seeds {seeds}, {result['device']}"
     plot(frontier, reference, out / "frontier.png", title)
     b, c = result["b_test_points_at_static_12_wallclock"], result["c_test_points_at_equal_epochs"]
@@ -410,6 +454,16 @@ def main(
             f"static's wall-clock and {v['flops_ratio']['mean']:.2f}x its FLOPs at that budget"
         )
     print_tiers(result["e_by_tier_against_static_12"])
+    if against_cost is None:
+        print("(f) not measured: no static budget below static-12's with the 12-epoch dynamic run's FLOPs")
+    else:
+        diff = against_cost["test_points"]
+        print(
+            f"(f) dynamic at 12 epochs against static at {f_share:g}x static-12's FLOPs: "
+            f"{diff['mean_diff']:+.2f} points (95% CI {diff['ci_low']:+.2f} to {diff['ci_high']:+.2f}) in "
+            f"{against_cost['wallclock_ratio']['mean']:.2f}x static's wall-clock and "
+            f"{against_cost['flops_ratio']['mean']:.2f}x its FLOPs"
+        )
 
 
 if __name__ == "__main__":

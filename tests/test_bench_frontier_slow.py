@@ -1,5 +1,7 @@
 """scripts/bench_frontier.py end to end on a tiny real subset: its same-time arm is given its
-own seed's static-12 seconds, every run is evaluated on the test split, and (b) pairs them."""
+own seed's static-12 seconds, every run is evaluated on the test split, and (b) pairs them; (f)
+pairs the 12-epoch grown network with static at about its cost; a benchmark stopped part-way
+resumes from the runs it finished."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import click
 import mlflow
 import pytest
 
+from pipeline.stats import paired_test
 from tests.conftest import REPO, subprocess_env
 
 pytestmark = pytest.mark.slow
@@ -90,6 +93,21 @@ def test_the_frontier_pairs_each_seeds_same_time_run_with_its_static_run(trackin
             half["epochs"] == 6
             and half["test_acc"] == client.get_run(half["run_id"]).data.metrics["test/acc"]
         )
+    # (f): the 12-epoch grown network spent less than half of static-12's FLOPs, so static at
+    # 1/2 is the cheapest budget that gets no less, and the pair is taken seed by seed.
+    against = grown["f_equal_epochs_against_static_at_its_cost"]
+    twelve = [after[(seed, "dynamic-12ep", 1.0)] for seed in (100, 101)]
+    halves = [after[(seed, "static", 0.5)] for seed in (100, 101)]
+    assert all(d["flops"] < h["flops"] for d, h in zip(twelve, halves))
+    assert against["static_fraction"] == 0.5
+    expected = paired_test([r["test_acc"] for r in twelve], [r["test_acc"] for r in halves])
+    assert against["test_points"]["mean_diff"] == pytest.approx(100 * expected["mean_diff"])
+    assert against["flops_ratio"]["mean"] == pytest.approx(
+        sum(d["flops"] / h["flops"] for d, h in zip(twelve, halves)) / 2
+    )
+    assert "(f) dynamic at 12 epochs against static at 0.5x static-12's FLOPs" in again.stdout
+    assert report["f_equal_epochs_against_static_at_its_cost"] is None  # static at 1 only
+    assert "(f) not measured" in result.stdout
 
     # Joining both outputs with nothing missing trains nothing: the summary and plot only.
     joined = tmp_path / "joined"
@@ -127,6 +145,55 @@ def test_the_frontier_pairs_each_seeds_same_time_run_with_its_static_run(trackin
         report["b_test"] is None
         and report["c_test_points_at_equal_epochs"] == first["c_test_points_at_equal_epochs"]
     )
+
+
+def test_a_benchmark_stopped_part_way_resumes_from_the_runs_it_finished(tracking, tmp_path):
+    out = tmp_path / "stopped"
+    args = ["--subset", "300", "--seeds", "100", "--fractions", "1", "--dynamic-fractions", "none"]
+    args += ["--no-same-time", "--output-dir", str(out)]
+    bench = subprocess.Popen(
+        [*BENCH, *args],
+        env=subprocess_env(tracking),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        first = next(line for line in bench.stdout if line.startswith('{"seed"'))  # one run finished
+    finally:  # stopped as a crash would stop it, with the second run under way or about to be
+        bench.kill()
+        bench.wait(timeout=60)
+    stopped = json.loads((out / "frontier.json").read_text())
+    assert stopped["complete"] is False
+    assert [r["run_id"] for r in stopped["runs"]] == [json.loads(first)["run_id"]]
+    assert "test_acc" not in stopped["runs"][0]  # trained, not yet evaluated
+
+    resumed = subprocess.run(
+        [*BENCH, *args, "--reuse", str(out / "frontier.json")],
+        env=subprocess_env(tracking),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    done = json.loads((out / "frontier.json").read_text())
+    assert done["complete"] is True
+    assert sorted(r["arm"] for r in done["runs"]) == ["dynamic-12ep", "static"]
+    kept = next(r for r in done["runs"] if r["run_id"] == stopped["runs"][0]["run_id"])  # not retrained
+    client = mlflow.MlflowClient()
+    for row in done["runs"]:  # the kept run too is evaluated on the test split
+        assert row["test_acc"] == client.get_run(row["run_id"]).data.metrics["test/acc"]
+    assert kept["test_acc"] > 0 and not list(out.glob("*.partial"))
+
+
+def test_f_sets_the_grown_network_against_the_cheapest_static_budget_that_spent_no_less():
+    from scripts.bench_frontier import cheapest_static_covering
+
+    static = [{"fraction": f, "flops": {"mean": f * 1e12}} for f in (0.25, 0.5, 1.0)]
+    assert cheapest_static_covering(static, 0.41e12) == 0.5
+    assert cheapest_static_covering(static, 0.1e12) == 0.25
+    assert cheapest_static_covering(static, 0.5e12) == 0.5  # as much counts
+    assert cheapest_static_covering(static, 0.6e12) is None  # static-12 itself is (c), not (f)
 
 
 def test_another_levers_file_lends_only_its_static_runs_and_only_with_the_same_recipe(tmp_path):
