@@ -229,13 +229,15 @@ def main(
     runs, evaluate_runs = [], []
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    host = machine() if to_train else reused_files[0]["machine"]
+    # Where the runs trained: this machine, or for a summary of earlier files, theirs.
+    where = {"device": str(pick_device("auto")), "platform": platform.platform(), "machine": machine()}
+    where = where if to_train else {k: reused_files[0][k] for k in where}
 
     def save_partial() -> None:
         """What --reuse needs to resume from here, before the summary: the runs so far."""
         partial = {"complete": False, "lever": {"name": lever, "options": LEVERS[lever]}, "subset": subset}
         accuracy = f"test split through evaluate (runs {', '.join(evaluate_runs)})" if evaluate_runs else ""
-        partial |= {"machine": host, "score_difficulty": scoring, "accuracy": accuracy, "runs": runs}
+        partial |= {**where, "score_difficulty": scoring, "accuracy": accuracy, "runs": runs}
         write_json(out / "frontier.json", partial)
 
     for seed in seed_list:
@@ -384,9 +386,7 @@ def main(
         "complete": True,
         "seeds": seed_list,
         "seeds_that_chose_the_defaults": list(TUNING_SEEDS),
-        "device": str(pick_device("auto")),
-        "platform": platform.platform(),
-        "machine": host,
+        **where,
         "subset": subset,
         "static_12_flops": static_12,
         "accuracy": f"test split through evaluate (runs {', '.join(dict.fromkeys(evaluate_runs))})",
