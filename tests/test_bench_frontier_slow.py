@@ -22,37 +22,30 @@ pytestmark = pytest.mark.slow
 BENCH = [sys.executable, str(REPO / "scripts" / "bench_frontier.py")]
 
 
+def bench(tracking, *args: str) -> subprocess.CompletedProcess:
+    """scripts/bench_frontier.py run to its end with ``args``, against the test's store."""
+    return subprocess.run(
+        [*BENCH, *args], env=subprocess_env(tracking), capture_output=True, text=True, timeout=900
+    )
+
+
 def second_pass(tracking, first: list[str], reuse: str, output_dir) -> subprocess.CompletedProcess:
     """bench_frontier on the first pass's data and seeds, static at 1/2 and 1, no dynamic budgets."""
-    return subprocess.run(
-        [
-            *BENCH,
-            *first[:4],
-            *("--fractions", "0.5,1", "--dynamic-fractions", "none"),
-            *("--reuse", reuse, "--output-dir", str(output_dir)),
-        ],
-        env=subprocess_env(tracking),
-        capture_output=True,
-        text=True,
-        timeout=900,
+    return bench(
+        tracking,
+        *first[:4],
+        *("--fractions", "0.5,1", "--dynamic-fractions", "none"),
+        *("--reuse", reuse, "--output-dir", str(output_dir)),
     )
 
 
 def test_the_frontier_pairs_each_seeds_same_time_run_with_its_static_run(tracking, tmp_path):
-    refused = subprocess.run(
-        [*BENCH, "--seeds", "1,100"], env=subprocess_env(tracking), capture_output=True, text=True
-    )
+    refused = bench(tracking, "--seeds", "1,100")
     assert refused.returncode == 2 and "chose the defaults" in refused.stderr
 
     out = tmp_path / "frontier"
     args = ["--subset", "300", "--seeds", "100,101", "--fractions", "1", "--dynamic-fractions", "none"]
-    result = subprocess.run(
-        [*BENCH, *args, "--output-dir", str(out)],
-        env=subprocess_env(tracking),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result = bench(tracking, *args, "--output-dir", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((out / "frontier.json").read_text())
     assert (out / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -123,20 +116,8 @@ def test_the_frontier_pairs_each_seeds_same_time_run_with_its_static_run(trackin
     # With neither the same-time arm nor a dynamic budget there is no (b) to state: the summary
     # says so and still writes the rest (it once crashed here, after all the training).
     bare = tmp_path / "bare"
-    no_b = subprocess.run(
-        [
-            *BENCH,
-            *args,
-            "--no-same-time",
-            "--reuse",
-            str(joined / "frontier.json"),
-            "--output-dir",
-            str(bare),
-        ],
-        env=subprocess_env(tracking),
-        capture_output=True,
-        text=True,
-        timeout=900,
+    no_b = bench(
+        tracking, *args, "--no-same-time", "--reuse", str(joined / "frontier.json"), "--output-dir", str(bare)
     )
     assert no_b.returncode == 0, no_b.stderr[-3000:]
     assert "(b) not measured" in no_b.stdout and "(c) at 12 epochs" in no_b.stdout
@@ -168,13 +149,7 @@ def test_a_benchmark_stopped_part_way_resumes_from_the_runs_it_finished(tracking
     assert [r["run_id"] for r in stopped["runs"]] == [json.loads(first)["run_id"]]
     assert "test_acc" not in stopped["runs"][0]  # trained, not yet evaluated
 
-    resumed = subprocess.run(
-        [*BENCH, *args, "--reuse", str(out / "frontier.json")],
-        env=subprocess_env(tracking),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    resumed = bench(tracking, *args, "--reuse", str(out / "frontier.json"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     done = json.loads((out / "frontier.json").read_text())
     assert done["complete"] is True
