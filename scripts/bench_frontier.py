@@ -52,7 +52,6 @@ are refused. Wall-clock comparisons hold only within one machine: the JSON recor
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import random
@@ -77,7 +76,8 @@ from pipeline.stats import paired_test, summary
 from pipeline.training.config import TrainConfig
 from scripts.bench_dynamic import REPORT_SEEDS, TUNING_SEEDS, machine, scores_with_cost, warm_up
 from scripts.bench_frontier_figure import plot
-from scripts.bench_frontier_tiers import by_tier, print_tiers, test_by_tier
+from scripts.bench_frontier_findings import print_findings
+from scripts.bench_frontier_tiers import by_tier, test_by_tier
 from scripts.bench_levers import LEVERS
 
 REFERENCE_EPOCHS = 12
@@ -421,49 +421,7 @@ def main(
     write_json(out / "frontier.json", result)
     title = f"Fashion-MNIST ({subset or 'full'}), lever {lever}, seeds {seeds}, {result['device']}"
     plot(frontier, reference, out / "frontier.png", title)
-    b, c = result["b_test_points_at_static_12_wallclock"], result["c_test_points_at_equal_epochs"]
-    if math.isfinite(matched_s):
-        print(
-            f"(a) dynamic reaches static-12's mean test accuracy ({100 * target:.2f}%) at "
-            f"{result['a_wallclock_ratio_to_match_static_12']:.2f}x its wall-clock "
-            f"({result['a_flops_ratio_to_match_static_12']:.2f}x its FLOPs)"
-        )
-    else:
-        print(
-            f"(a) dynamic does not reach static-12's mean test accuracy ({100 * target:.2f}%) at any budget"
-        )
-    if b is None:
-        print("(b) not measured: no dynamic run near static-12's cost (--no-same-time, no dynamic budgets)")
-    else:
-        how = "its own seconds" if same_time else f"{at_share:g}x its FLOPs"
-        print(
-            f"(b) at static-12's wall-clock (dynamic at {how}, {result['b_wallclock_ratio']['mean']:.2f}x "
-            f"its time): dynamic - static = {b['mean_diff']:+.2f} points (95% CI {b['ci_low']:+.2f} to "
-            f"{b['ci_high']:+.2f})"
-        )
-    print(
-        f"(c) at 12 epochs: dynamic - static = {c['mean_diff']:+.2f} points "
-        f"(95% CI {c['ci_low']:+.2f} to {c['ci_high']:+.2f}) in "
-        f"{result['c_wallclock_ratio_at_equal_epochs']['mean']:.2f}x the wall-clock"
-    )
-    for share, v in at_budget.items():
-        d = v["test_points"]
-        print(
-            f"(d) at {share:g}x static-12's FLOPs: dynamic - static = {d['mean_diff']:+.2f} points "
-            f"(95% CI {d['ci_low']:+.2f} to {d['ci_high']:+.2f}) in {v['wallclock_ratio']['mean']:.2f}x "
-            f"static's wall-clock and {v['flops_ratio']['mean']:.2f}x its FLOPs at that budget"
-        )
-    print_tiers(result["e_by_tier_against_static_12"])
-    if against_cost is None:
-        print("(f) not measured: no static budget below static-12's with the 12-epoch dynamic run's FLOPs")
-    else:
-        diff = against_cost["test_points"]
-        print(
-            f"(f) dynamic at 12 epochs against static at {f_share:g}x static-12's FLOPs: "
-            f"{diff['mean_diff']:+.2f} points (95% CI {diff['ci_low']:+.2f} to {diff['ci_high']:+.2f}) in "
-            f"{against_cost['wallclock_ratio']['mean']:.2f}x static's wall-clock and "
-            f"{against_cost['flops_ratio']['mean']:.2f}x its FLOPs"
-        )
+    print_findings(result)
 
 
 if __name__ == "__main__":
