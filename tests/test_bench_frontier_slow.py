@@ -132,7 +132,7 @@ def test_a_benchmark_stopped_part_way_resumes_from_the_runs_it_finished(tracking
     out = tmp_path / "stopped"
     args = ["--subset", "300", "--seeds", "100", "--fractions", "1", "--dynamic-fractions", "none"]
     args += ["--no-same-time", "--output-dir", str(out)]
-    bench = subprocess.Popen(
+    process = subprocess.Popen(
         [*BENCH, *args],
         env=subprocess_env(tracking),
         stdout=subprocess.PIPE,
@@ -140,10 +140,10 @@ def test_a_benchmark_stopped_part_way_resumes_from_the_runs_it_finished(tracking
         text=True,
     )
     try:
-        first = next(line for line in bench.stdout if line.startswith('{"seed"'))  # one run finished
+        first = next(line for line in process.stdout if line.startswith('{"seed"'))  # one run finished
     finally:  # stopped as a crash would stop it, with the second run under way or about to be
-        bench.kill()
-        bench.wait(timeout=60)
+        process.kill()
+        process.wait(timeout=60)
     stopped = json.loads((out / "frontier.json").read_text())
     assert stopped["complete"] is False
     assert [r["run_id"] for r in stopped["runs"]] == [json.loads(first)["run_id"]]
