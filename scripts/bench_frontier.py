@@ -227,6 +227,15 @@ def main(
     quiet = RunConfig(progress=False)
     static_cfg = train_static.StaticConfig(spec=final.to_json())
     runs, evaluate_runs = [], []
+    # each reused file names its own evaluate runs and those it reused in turn
+    reused_evaluations = [i for f in reused_files for i in re.findall(r"\b[0-9a-f]{32}\b", f["accuracy"])]
+    lever_entry = {"name": lever, "options": LEVERS[lever]}
+
+    def accuracy() -> str:
+        """Where the rows' test accuracy comes from: every evaluate run behind them."""
+        named = ", ".join(dict.fromkeys(evaluate_runs + reused_evaluations))
+        return f"test split through evaluate (runs {named})" if named else ""
+
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     # Where the runs trained: this machine, or for a summary of earlier files, theirs.
@@ -235,9 +244,8 @@ def main(
 
     def save_partial() -> None:
         """What --reuse needs to resume from here, before the summary: the runs so far."""
-        partial = {"complete": False, "lever": {"name": lever, "options": LEVERS[lever]}, "subset": subset}
-        accuracy = f"test split through evaluate (runs {', '.join(evaluate_runs)})" if evaluate_runs else ""
-        partial |= {**where, "score_difficulty": scoring, "accuracy": accuracy, "runs": runs}
+        partial = {"complete": False, "lever": lever_entry, "subset": subset, **where}
+        partial |= {"score_difficulty": scoring, "accuracy": accuracy(), "runs": runs}
         write_json(out / "frontier.json", partial)
 
     for seed in seed_list:
@@ -292,8 +300,6 @@ def main(
             row["test_tiers"] = test_by_tier(metrics)
         evaluate_runs.append(evaluate_run)
         save_partial()
-    for f in reused_files:  # each names its own evaluate runs and those it reused in turn
-        evaluate_runs += re.findall(r"\b[0-9a-f]{32}\b", f["accuracy"])
 
     def cell(arm: str, share: float) -> list[dict]:
         return sorted(
@@ -389,7 +395,7 @@ def main(
         **where,
         "subset": subset,
         "static_12_flops": static_12,
-        "accuracy": f"test split through evaluate (runs {', '.join(dict.fromkeys(evaluate_runs))})",
+        "accuracy": accuracy(),
         "clock": "time/cumulative_s: epoch loop with validation passes; not MLflow logging or checkpoints",
         "score_difficulty": scoring,
         "score_difficulty_amortised_per_dynamic_run": {
@@ -399,7 +405,7 @@ def main(
         "frontier": frontier,
         "a_wallclock_ratio_to_match_static_12": matched_s / reference["train_s"]["mean"],
         "a_flops_ratio_to_match_static_12": matched_f / reference["flops"]["mean"],
-        "lever": {"name": lever, "options": LEVERS[lever]},
+        "lever": lever_entry,
         "b_dynamic_flops_share": at_share,
         "b_wallclock_ratio": None if at_share is None else per_share[at_share]["wallclock_ratio"],
         "b_test_points_at_static_12_wallclock": None if at_cost is None else _points(at_cost),
