@@ -33,13 +33,14 @@ from pipeline.data.dataset import Data
 from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.exits import ExitConfig
 from pipeline.logged_model import log_classifier
-from pipeline.loop import pick_device, seed_everything
+from pipeline.loop import DivergenceError, pick_device, seed_everything
 from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.params import shown_param
 from pipeline.tracking.processes import HOST_TAG, PID_TAG, owned_elsewhere
 from pipeline.tracking.resume_lock import resume_lock
 from pipeline.tracking.runs import current_run_name, tracked_run
+from pipeline.training import health
 from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
@@ -91,9 +92,10 @@ class TrainingOutcome:
         """The one line a training command prints when it finishes."""
         last, events = self.state.history[-1], len(self.state.trace.events)
         grown = f", {events} growth events" if events else ""
+        stopped = ", stopped: collapsed" if self.state.stop_reason == "collapsed" else ""
         return (
             f"val/acc {last['val/acc']:.4f} after {self.state.epoch} epochs "
-            f"in {self.state.cumulative_s:.1f}s{grown}"
+            f"in {self.state.cumulative_s:.1f}s{grown}{stopped}"
         )
 
 
@@ -306,18 +308,23 @@ def train_and_log(
             mlflow.log_artifact(str(ckpt_path), "checkpoints")
 
         start = time.perf_counter()
-        state = fit(
-            state,
-            on_device,
-            cfg,
-            plan,
-            val_tiers=val_tiers,
-            on_epoch=log_epoch,
-            checkpoint=checkpoint,
-            progress_bar=progress_bar,
-            meter=length.meter() if length is not None else None,
-        )
+        try:
+            state = fit(
+                state,
+                on_device,
+                cfg,
+                plan,
+                val_tiers=val_tiers,
+                on_epoch=log_epoch,
+                checkpoint=checkpoint,
+                progress_bar=progress_bar,
+                meter=length.meter() if length is not None else None,
+            )
+        except DivergenceError as err:  # the run fails with one line; its health says why too
+            mlflow.set_tags({"health": "diverged", "health_detail": f"diverged: {err}"})
+            raise
         total_s = time.perf_counter() - start
+        log_health(state, data, cfg)
         if state.model.spec.exits:
             set_exit_thresholds(
                 state.model, on_device.val, exit_cfg or ExitConfig(), cfg.eval_batch_size, val_tiers
@@ -403,6 +410,20 @@ def set_exit_thresholds(
                 err=True,
             )
     mlflow.set_tag("exit_confidence", measure)
+
+
+def log_health(state: FitState, data: Data, cfg: TrainConfig) -> None:
+    """The run's health verdict (tags ``health``, ``health_detail``; ``health/...`` metrics),
+    each growth event's dip (``growth/dip`` at the event's epoch) and why it stopped (tag
+    ``stop_reason``). A collapsed run says so in one line: it ends FINISHED, as a result."""
+    verdict = health.assess(state.history, state.trace.events, health.top_share(data.val.y), cfg.dip_margin)
+    mlflow.set_tags({**verdict.tags(), "stop_reason": state.stop_reason or "epochs"})
+    mlflow.log_metrics(verdict.metrics())
+    for epoch, dip in verdict.growth_dips.items():
+        mlflow.log_metric("growth/dip", dip, step=epoch)
+    if verdict.verdict == "collapsed":
+        ended = "stopped early" if state.stop_reason == "collapsed" else "ended"
+        click.echo(f"health: this run {ended} collapsed ({verdict.describe()})", err=True)
 
 
 def log_budget(length, state: FitState) -> None:

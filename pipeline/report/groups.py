@@ -96,6 +96,17 @@ class Group:
     def has(self, metric: str) -> bool:
         return metric in self.runs.columns and bool(self.runs[metric].notna().any())
 
+    def units_judged(self, verdict: str) -> list[str]:
+        """The seeds (units) with a run whose health verdict is ``verdict``."""
+        if "health" not in self.runs.columns:
+            return []
+        return sorted(set(self.runs.loc[self.runs["health"].fillna("") == verdict, "unit"]))
+
+    def health_caveat(self) -> str:
+        """What a mean over this group's seeds must say beside it: '' when no seed collapsed."""
+        collapsed = self.units_judged("collapsed")
+        return f"includes {len(collapsed)} collapsed seed(s): {', '.join(collapsed)}" if collapsed else ""
+
 
 def make_groups(runs_df: pd.DataFrame, histories: dict, target_acc: float | None) -> list[Group]:
     runs = runs_df.copy()

@@ -50,8 +50,8 @@ def collect_runs(
     """Tags, params, metrics and the history and growth events of each training run.
 
     Returns ``runs_df`` (one row per run: run_id, run_name, entry_point, variant, seed (nullable
-    int), final_spec, status, setting (the ``COMPARABILITY_KEYS`` params as canonical JSON), and
-    every metric under its own name, at its last step),
+    int), final_spec, status, health (the run's verdict tag), setting (the ``COMPARABILITY_KEYS``
+    params as canonical JSON), and every metric under its own name, at its last step),
     ``histories`` (run id -> per-epoch history, only for runs that logged ``history.csv``) and
     ``events`` (run id -> growth events from ``architecture_trace.json``; [] when none).
     """
@@ -73,6 +73,7 @@ def collect_runs(
                     "seed": _int_or_none(params.get("seed")),
                     "final_spec": tags.get("final_spec", ""),
                     "status": run.info.status,
+                    "health": tags.get("health", ""),  # pipeline/training/health.py; "" before it
                     "setting": setting_of(params),
                     "budget_reference": budget_reference(params),
                     **run.data.metrics,
@@ -99,6 +100,7 @@ def collect_runs(
         "seed",
         "final_spec",
         "status",
+        "health",
         "setting",
         "budget_reference",
     ]

@@ -17,7 +17,7 @@ from pipeline.report.groups import TARGET_FRACTION, Group
 from pipeline.report.metrics import METRICS, NOISE_METRICS, TIERS, TIME_TO_TARGET, fmt
 from pipeline.report.paths import ReportPaths
 from pipeline.report.runs import COMPARABILITY_KEYS
-from pipeline.report.wording import comparison_bullets, conclusion, interval, p_cell, verdict
+from pipeline.report.wording import comparison_bullets, conclusion, health_lines, interval, p_cell, verdict
 from pipeline.stats import summary
 
 TITLE = "Growing CNN: comparison report"
@@ -84,7 +84,8 @@ def _figure(paths: ReportPaths, name: str) -> list[Block]:
 
 
 def _conclusion(comp: pd.DataFrame, groups: list[Group], ordering: Sequence[dict]) -> list[Block]:
-    said = conclusion(comp, ordering)
+    caveats = {g.label: g.health_caveat() for g in groups if g.health_caveat()}
+    said = health_lines(groups) + conclusion(comp, ordering, caveats)
     unfinished = [
         r for g in groups for _, r in g.runs.iterrows() if r.get("status", "FINISHED") != "FINISHED"
     ]
@@ -107,10 +108,15 @@ def _tiers(comp: pd.DataFrame, groups: list[Group], paths: ReportPaths) -> list[
         (
             "table",
             ["variant", *[TIERS[m] for m in tiers]],
-            [[g.label, *[interval("acc", _cell(comp, g.label, m)) for m in tiers]] for g in groups],
+            [[_with_caveat(g), *[interval("acc", _cell(comp, g.label, m)) for m in tiers]] for g in groups],
         ),
         ("img", paths.tier_accuracy_png.name, "per-tier test accuracy with 95% CI"),
     ]
+
+
+def _with_caveat(g: Group) -> str:
+    """A group's label, with a warning when its means include a collapsed seed."""
+    return f"{g.label} (⚠ {g.health_caveat()})" if g.health_caveat() else g.label
 
 
 def _noise(comp: pd.DataFrame, groups: list[Group]) -> list[Block]:

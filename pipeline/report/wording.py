@@ -12,11 +12,43 @@ from pipeline.report.groups import Group
 from pipeline.report.metrics import COST_METRICS, METRICS, TIERS, fmt
 
 
-def conclusion(comp: pd.DataFrame, ordering: Sequence[dict] = ()) -> list[str]:
+def health_lines(groups: Sequence[Group]) -> list[str]:
+    """How many seeds of each variant collapsed or dipped (``pipeline/training/health.py``):
+    said before any mean, since a mean over a dead network's seed is no result. Empty when no
+    run carries a health verdict (runs from before verdicts were logged)."""
+    if not any(g.runs.get("health", pd.Series(dtype=str)).fillna("").ne("").any() for g in groups):
+        return []
+    parts = []
+    for g in groups:
+        seeds = g.runs["unit"].nunique()
+        judged = [(v, g.units_judged(v)) for v in ("collapsed", "diverged", "dipped")]
+        said = [
+            f"{len(units)} of {seeds} {_noun(seeds)} {v} ({', '.join(units)})" for v, units in judged if units
+        ]
+        if said:
+            parts.append(f"{g.label}: " + ", ".join(said))
+    if not parts:
+        return ["**Health**: every run learned; none collapsed or dipped by more than its --dip-margin."]
+    return [
+        "**Health**, before any mean: "
+        + "; ".join(parts)
+        + ". A collapsed seed still counts in its variant's means (marked ⚠ there); every other run was ok."
+    ]
+
+
+def _noun(seeds: int) -> str:
+    return "seed" if seeds == 1 else "seeds"
+
+
+def conclusion(
+    comp: pd.DataFrame, ordering: Sequence[dict] = (), caveats: dict[str, str] | None = None
+) -> list[str]:
     """The answer first (each variant against its static twin: cost ratios and accuracy
     difference; then each curriculum against its random-order control), then per tier which
-    variant has the best mean and whether that is more than noise."""
-    lines = _answer(comp) + _ordering_answer(list(ordering))
+    variant has the best mean and whether that is more than noise. ``caveats`` (group label ->
+    text, e.g. a collapsed seed in its mean) are said beside that group's numbers."""
+    caveats = caveats or {}
+    lines = _answer(comp, caveats) + _ordering_answer(list(ordering))
     settings = sorted(comp["setting"].fillna("").unique()) if "setting" in comp.columns else [""]
     if len(settings) > 1:
         lines.append(
@@ -33,7 +65,8 @@ def conclusion(comp: pd.DataFrame, ordering: Sequence[dict] = ()) -> list[str]:
             continue
         best = rows.loc[rows["mean"].idxmax()]
         tier = TIERS[metric] + (f", {setting}" if setting else "")
-        head = f"**{tier}**: best mean test accuracy is {best['group']} at {fmt('acc', best['mean'])}"
+        caveat = f" (⚠ {caveats[best['group']]})" if best["group"] in caveats else ""
+        head = f"**{tier}**: best mean test accuracy is {best['group']} at {fmt('acc', best['mean'])}{caveat}"
         if best["note"] == "baseline":
             if (rows["baseline"] == best["group"]).any():
                 lines.append(f"{head}, the static baseline itself: no variant beats it.")
@@ -65,7 +98,7 @@ ANSWER_COSTS = {"time/total_s": ("training wall-clock", "faster", "slower"),
                 "train/flops_cumulative": ("training FLOPs", "cheaper", "costlier")}  # fmt: skip
 
 
-def _answer(comp: pd.DataFrame) -> list[str]:
+def _answer(comp: pd.DataFrame, caveats: dict[str, str]) -> list[str]:
     """One line per variant with a matched static baseline: wall-clock and FLOPs ratios and the
     test accuracy difference (at equal training length, at an equal budget of FLOPs or seconds,
     or at equal cost for runs whose budget was their static twin's cost), each with its 95% CI
@@ -87,6 +120,9 @@ def _answer(comp: pd.DataFrame) -> list[str]:
             at = _pairing_phrase(str(r.get("pairing", "")))
             text, said = _acc_difference(r, "better", "worse", "within noise")
             parts.append(f"test accuracy {text}{': ' + said if said else ''} {at}")
+        for label in (group, base):
+            if label in caveats:
+                parts.append(f"⚠ {label}'s mean {caveats[label]}")
         lines.append(f"**{group}** vs {base} ({_seeds(n)} paired): " + "; ".join(parts) + ".")
     return lines
 

@@ -59,6 +59,16 @@ class TrainConfig:
         "adds or re-initialises: they miss the rate's early, largest part (1: the schedule's rate)",
     )
     eval_batch_size: int = opt(1024, "batch size for evaluation passes")
+    dip_margin: float = opt(
+        0.05,
+        "validation accuracy falling by more than this from one epoch to the next makes the run's "
+        "health 'dipped' (tag health; the drop, its epoch and the event it follows are logged)",
+    )
+    stop_on_collapse: bool = opt(
+        True,
+        "end a run whose validation accuracy sits at chance for 2 epochs after having learned "
+        "(stop_reason collapsed, health collapsed): its remaining budget would be wasted",
+    )
     precision: str = opt(
         "auto",
         "autocast precision: auto (bf16 where this hardware runs it fast, else fp32), fp32, bf16 or "
@@ -91,6 +101,8 @@ class TrainConfig:
             raise ConfigError(f"--growth-rewarm must be a fraction in [0, 1), got {self.growth_rewarm}")
         if not self.growth_lr_scale > 0:
             raise ConfigError(f"--growth-lr-scale must be positive, got {self.growth_lr_scale}")
+        if not 0 < self.dip_margin < 1:
+            raise ConfigError(f"--dip-margin must be a fraction in (0, 1), got {self.dip_margin}")
         if not 0 <= self.warmup < 1:
             raise ConfigError(f"--warmup must be a fraction in [0, 1), got {self.warmup}")
         if self.augment not in AUGMENTATIONS:

@@ -19,6 +19,7 @@ from models.flops import flops_per_example
 from pipeline.data.dataset import Data
 from pipeline.loop import cosine_lr, evaluate_split, place_model, train_one_epoch
 from pipeline.precision import grad_scaler
+from pipeline.training import health
 from pipeline.training.average import WeightAverage
 from pipeline.training.config import TrainConfig
 from pipeline.training.metrics import exit_accuracies, noise_metrics, noise_probe_positions, tier_accuracies
@@ -120,7 +121,8 @@ def fit(
 
     ``on_epoch(epoch, metrics, state)`` sees every epoch's metrics (logging, pruning);
     ``checkpoint`` is called after each finished epoch. A ``meter`` (``budget.BudgetMeter``)
-    ends training before a step its FLOPs or seconds budget cannot pay for. With
+    ends training before a step its FLOPs or seconds budget cannot pay for; with
+    ``--stop-on-collapse`` a run that has died (``health.should_stop``) ends early. With
     ``--ema-decay``, validation sees the weight average, and at the end the model takes its
     weights.
     """
@@ -131,6 +133,7 @@ def fit(
     forward = _compiled(state.model, cfg)
     plan.precision = state.precision
     noise_probe = noise_probe_positions(data.train) if data.noisy else None
+    chance = health.top_share(data.val.y)
     if cfg.ema_decay > 0 and state.average is None:
         state.average = WeightAverage(state.model, cfg.ema_decay)
     for epoch in range(state.epoch, cfg.epochs):
@@ -195,6 +198,8 @@ def fit(
             "train/acc": stats.acc,
             "val/loss": val.loss,
             "val/acc": val.acc,
+            # a network that predicts one class for everything has died (pipeline/training/health.py)
+            "val/top_class_share": health.top_share(val.predictions),
             **tier_accuracies(val, val_tiers, "val"),
             "train/lr": stats.lr,
             "train/examples": stats.examples,
@@ -219,6 +224,9 @@ def fit(
             on_epoch(epoch, metrics, state)
         if checkpoint is not None:
             checkpoint(state, plan)
+        if cfg.stop_on_collapse and health.should_stop(state.history, chance):
+            state.stop_reason = "collapsed"
+            break
         if meter is not None and meter.exhausted:
             state.stop_reason = "budget"
             break

@@ -61,7 +61,8 @@ class FitState:
     trace: ArchitectureTrace = field(default_factory=ArchitectureTrace)
     generator: torch.Generator = field(default_factory=torch.Generator)
     precision: str = "fp32"  # resolved (fp32, bf16 or fp16); a resumed run keeps its own
-    stop_reason: str = ""  # "epochs": trained them all; "budget": its budget ran out first
+    # "epochs": trained them all; "budget": its budget ran out first; "collapsed": it died
+    stop_reason: str = ""
     average: WeightAverage | None = None  # with --ema-decay: the averaged weights
 
 

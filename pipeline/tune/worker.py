@@ -38,6 +38,7 @@ from pipeline.tracking.errors import FAILURE_TAG, one_line
 from pipeline.tracking.params import log_params_shown
 from pipeline.tracking.processes import owner_tags
 from pipeline.tracking.runs import code_version
+from pipeline.training import health
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
 from pipeline.training.state import FitState, new_state
@@ -261,11 +262,21 @@ class Worker:
             reason = f"diverged: {err}"
             trial.set_user_attr(report.ATTR_FAIL, reason)
             trial.set_user_attr(report.ATTR_PRUNED_AT, err.epoch + 1)
-            run.set_tags({"diverged_at": f"epoch {err.epoch}, step {err.step}"})
+            run.set_tags({"diverged_at": f"epoch {err.epoch}, step {err.step}", "health": "diverged"})
             raise optuna.TrialPruned(reason) from None
         finally:  # a pruned trial keeps what it trained: its trace and history so far
             if state.history:
                 log_trial_artifacts(run, state, plan)
+        verdict = health.assess(
+            state.history, state.trace.events, health.top_share(self.on_device.val.y), train_cfg.dip_margin
+        )
+        run.set_tags({**verdict.tags(), "stop_reason": state.stop_reason})
+        run.log_metrics(verdict.metrics(), step=state.epoch - 1)
+        if verdict.verdict == "collapsed":  # a dead network is no result: prune it, saying so
+            reason = verdict.describe()
+            trial.set_user_attr(report.ATTR_FAIL, reason)
+            trial.set_user_attr(report.ATTR_PRUNED_AT, state.epoch)
+            raise optuna.TrialPruned(reason)
         last = state.history[-1]
         run.log_metrics(
             {"final/val_acc": last["val/acc"], "time/total_s": state.cumulative_s}, step=state.epoch - 1
