@@ -44,7 +44,11 @@ class CurriculumConfig:
         "epochs e1,e2[,e3]: medium joins at e1, hard at e2, easy retires at e3; empty: tied to growth",
     )
     difficulty_score: str = opt("loss", "scores-table column that orders examples by difficulty")
-    curriculum_seed: int = opt(0, "seed of the random-order control")
+    curriculum_seed: int = opt(
+        -1,
+        "seed of the random-order control; -1: the run's --seed, so that each seed of a study "
+        "draws its own random order (a fixed one would make every control the same permutation)",
+    )
     prune: float = opt(0.0, PRUNE_HELP)
     prune_anneal: float = opt(0.125, "final fraction of training that trains on every chosen example")
     rejoin: float = opt(

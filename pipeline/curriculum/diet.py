@@ -141,6 +141,10 @@ def build_diet(
 ) -> CurriculumSetup:
     """The run's curriculum and pruner for ``train_cfg.epochs`` epochs, from its options, its
     scores ``table`` (None: no score run) and its growth ``events``; fails before any training."""
+    if cfg.curriculum_seed < -1:
+        raise CurriculumError(
+            f"--curriculum-seed must be -1 (the run's --seed) or a seed >= 0, got {cfg.curriculum_seed}"
+        )
     run_id = table.run_id if table is not None else ""
     val_tiers = table.tiers_for(data.val, "val") if table is not None else None
     n = len(data.train)
@@ -159,7 +163,7 @@ def build_diet(
         order=cfg.order,
         a=cfg.pacing_a,
         b=cfg.pacing_b,
-        seed=cfg.curriculum_seed,
+        seed=cfg.curriculum_seed if cfg.curriculum_seed >= 0 else train_cfg.seed,
         boundaries=cfg.boundaries() or growth_boundaries(events),
         eval_batch_size=train_cfg.eval_batch_size,
         rejoin=cfg.rejoin,
