@@ -241,6 +241,28 @@ def probe_jump(
     return out
 
 
+@torch.no_grad()
+def calibrate(model: SpecNet, layer_id: str, x: torch.Tensor) -> bool:
+    """Fit the just-inserted layer ``layer_id`` to the input it gets from the training batch ``x``
+    (B, C, H, W) on the model's device, where its type says how (``LayerType.calibrate``: a
+    convbn's batchnorm statistics); returns whether anything was fitted. The rest of the model
+    runs in eval mode and is not changed."""
+    kind = LAYERS[next(lay["type"] for lay in model.spec.layers if lay["id"] == layer_id)]
+    if kind.calibrate is None:
+        return False
+    module, seen = model.layers[layer_id], []
+    hook = module.register_forward_pre_hook(lambda _module, args: seen.append(args[0]))
+    was_training = model.training
+    model.eval()
+    try:
+        model(x)
+    finally:
+        hook.remove()
+        model.train(was_training)
+    kind.calibrate(module, seen[0].float())
+    return True
+
+
 # --- growth on a plateau -----------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ in ``1 .. epochs - 1``. Several events may share an epoch; they apply in schedul
 
 A schedule is data. ``parse_schedule`` accepts three forms:
 
-* a registered name (``NAMED_SCHEDULES``: default, early, late, deep, wide-fc, none), a function
+* a registered name (``NAMED_SCHEDULES``: default, early, late, deep, wide-fc, default-bn, none), a function
   of the number of epochs;
 * a JSON list of flat objects, the layer as in a spec plus ``epoch`` and optional ``position``
   and ``id``: ``[{"epoch": 3, "type": "conv", "out_channels": 64, "position": "after:pool1"}]``;
@@ -31,6 +31,7 @@ head. Without an id, one is generated from the type's ``id_prefix``: conv2, pool
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -299,12 +300,21 @@ def _wide_fc(epochs: int) -> list[GrowthEvent]:
     )
 
 
+def _default_bn(epochs: int) -> list[GrowthEvent]:
+    """The default schedule with conv2 a convbn: grows the spec minimal-bn into default-bn."""
+    return [
+        dataclasses.replace(e, layer={**e.layer, "type": "convbn"}) if e.type == "conv" else e
+        for e in _default(epochs)
+    ]
+
+
 NAMED_SCHEDULES: dict[str, Callable[[int], list[GrowthEvent]]] = {
     "default": _default,
     "early": _early,
     "late": _late,
     "deep": _deep,
     "wide-fc": _wide_fc,
+    "default-bn": _default_bn,
     "none": lambda epochs: [],
 }
 

@@ -342,7 +342,21 @@ def _tiny() -> list[dict]:
     ]
 
 
-NAMED_SPECS = {"minimal": _minimal, "default": _default_final, "tiny": _tiny}
+def _batchnormed(layers: list[dict]) -> list[dict]:
+    """The same network with every conv layer a convbn (convolution, batchnorm, ReLU)."""
+    return [{**layer, "type": "convbn"} if layer["type"] == "conv" else layer for layer in layers]
+
+
+# The -bn pair (minimal-bn grows into default-bn under the default-bn schedule) normalises every
+# conv layer, the growing and the static arm alike: on CIFAR-10 growth into plain convs at the
+# peak learning rate knocked training down (issue 35).
+NAMED_SPECS = {
+    "minimal": _minimal,
+    "default": _default_final,
+    "tiny": _tiny,
+    "minimal-bn": lambda: _batchnormed(_minimal()),
+    "default-bn": lambda: _batchnormed(_default_final()),
+}
 
 
 def named_layers(name: str) -> list[dict]:

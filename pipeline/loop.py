@@ -136,6 +136,7 @@ def train_one_epoch(
     mixup: float = 0.0,
     exit_weights: tuple[float, ...] | None = None,
     after_step: Callable[[], None] | None = None,
+    clip_grad: float = 0.0,
 ) -> EpochStats:
     """One pass over ``positions`` (indices into ``split``) in a random order.
 
@@ -153,6 +154,8 @@ def train_one_epoch(
     ``exit_weights`` (one per early exit of a model with exits): deep supervision, each
     example's loss the head's plus the weighted exits' (what pruning then sees too).
     ``after_step()`` runs after each optimizer step (a weight average's update).
+    ``clip_grad`` > 0 clips the gradient's global norm before each step (on the device: no
+    host synchronisation).
     """
     model.train()
     device = split.x.device
@@ -210,9 +213,13 @@ def train_one_epoch(
         optimizer.zero_grad(set_to_none=True)
         if scaler is None:
             loss.backward()
+            _clip(optimizer, clip_grad)
             optimizer.step()
         else:
             scaler.scale(loss).backward()
+            if clip_grad > 0:
+                scaler.unscale_(optimizer)  # clip the true gradient, not the scaled one
+            _clip(optimizer, clip_grad)
             scaler.step(optimizer)
             scaler.update()
         if after_step is not None:
@@ -231,6 +238,12 @@ def train_one_epoch(
     if per_example is not None:
         stats.order, stats.losses = order[:n].cpu(), per_example[:n].cpu()
     return stats
+
+
+def _clip(optimizer: torch.optim.Optimizer, max_norm: float) -> None:
+    if max_norm > 0:
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
 
 
 def _mixed(loss_of: Callable, y: torch.Tensor, y_partner: torch.Tensor | None, lam: float) -> torch.Tensor:

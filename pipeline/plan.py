@@ -13,7 +13,15 @@ import torch
 
 from models.builder import SpecNet
 from models.flops import flops_per_example
-from models.growth import GROWTH_INITS, PlateauTrigger, carry_stage_head, events_due, grow, probe_jump
+from models.growth import (
+    GROWTH_INITS,
+    PlateauTrigger,
+    calibrate,
+    carry_stage_head,
+    events_due,
+    grow,
+    probe_jump,
+)
 from models.schedule import GrowthError, GrowthEvent, final_spec, schedule_to_json
 from pipeline.cli import opt
 from pipeline.curriculum.base import Curriculum
@@ -153,6 +161,8 @@ class ExperimentPlan(TrainingPlan):
         self.plateau = False
         # A fixed probe batch (the first validation examples) measures each growth's jump.
         self.probe = (data.val.x[:PROBE_SIZE], data.val.y[:PROBE_SIZE])
+        # and a fixed training batch fits a new layer's normalisation (models.growth.calibrate)
+        self.calibration_x = data.train.x[:PROBE_SIZE]
 
     def before_epoch(self, epoch, model: SpecNet, optimizer):
         due = events_due(self.events, self.applied, epoch, self.plateau)
@@ -168,6 +178,9 @@ class ExperimentPlan(TrainingPlan):
             grown, info = grow(model, event, self.growth.growth_init, self.growth.growth_noise)
             optimizer = rebuild_optimizer(optimizer, grown, self.cfg)
             x, y = (t.to(next(grown.parameters()).device) for t in self.probe)
+            if info["preserved"]:  # a preserving identity fits its normalisation to training data
+                calibrated = calibrate(grown, info["layer_id"], self.calibration_x.to(x.device))
+                info["calibrated"] = calibrated
             with autocast(self.precision, x.device):  # the jump as training sees it
                 jump = probe_jump(model, grown, x, y)
             flops_after = flops_per_example(grown, input_shape)["forward"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from models.layers.base import LayerType, Search, SpecError
 from models.layers.batchnorm import BATCHNORM
 from models.layers.conv import CONV
+from models.layers.convbn import CONVBN
 from models.layers.dropout import DROPOUT
 from models.layers.fc import FC, LinearLayer, widen_linear
 from models.layers.pool import POOL
@@ -25,5 +26,7 @@ from models.layers.sepconv import SEPCONV
 __all__ = ["LAYERS", "LAYER_TYPES", "LayerType", "LinearLayer", "Search", "SpecError", "widen_linear"]
 
 # The order is the one error messages and tune's default --layer-types list them in.
-LAYERS: dict[str, LayerType] = {t.name: t for t in (CONV, POOL, DROPOUT, FC, BATCHNORM, RESIDUAL, SEPCONV)}
+LAYERS: dict[str, LayerType] = {
+    t.name: t for t in (CONV, POOL, DROPOUT, FC, BATCHNORM, RESIDUAL, SEPCONV, CONVBN)
+}
 LAYER_TYPES = tuple(LAYERS)

@@ -50,6 +50,9 @@ class LayerType:
     nonneg: bool | None  # output always >= 0 (True), maybe negative (False), its input's sign (None)
     search: Search | None = None  # None: tune has nothing to choose but the type
     searched: bool = True  # in tune's default --layer-types
+    # Fit a layer that growth just inserted to a batch of its input (B, ...), e.g. a batchnorm's
+    # statistics; None: nothing to fit. Called by ``models.growth.calibrate``.
+    calibrate: Callable[[nn.Module, Any], None] | None = None
 
 
 # Pieces several types share.

@@ -58,6 +58,11 @@ class TrainConfig:
         "learning-rate multiplier, for the rest of training, of the parameters each growth event "
         "adds or re-initialises: they miss the rate's early, largest part (1: the schedule's rate)",
     )
+    clip_grad: float = opt(
+        0.0,
+        "clip the gradient's global norm to this before each step (0: no clipping); bounds the "
+        "step a large gradient right after a growth event takes",
+    )
     eval_batch_size: int = opt(1024, "batch size for evaluation passes")
     dip_margin: float = opt(
         0.05,
@@ -101,6 +106,8 @@ class TrainConfig:
             raise ConfigError(f"--growth-rewarm must be a fraction in [0, 1), got {self.growth_rewarm}")
         if not self.growth_lr_scale > 0:
             raise ConfigError(f"--growth-lr-scale must be positive, got {self.growth_lr_scale}")
+        if not 0 <= self.clip_grad < math.inf:
+            raise ConfigError(f"--clip-grad must be a non-negative norm (0: none), got {self.clip_grad}")
         if not 0 < self.dip_margin < 1:
             raise ConfigError(f"--dip-margin must be a fraction in (0, 1), got {self.dip_margin}")
         if not 0 <= self.warmup < 1:

@@ -176,6 +176,7 @@ def fit(
             mixup=cfg.mixup,
             exit_weights=plan.weights_for(state.model),
             after_step=None if state.average is None else state.average.update,
+            clip_grad=cfg.clip_grad,
         )
         if stats.examples == 0:  # the budget could not pay for a single step of this epoch
             state.stop_reason = "budget"

@@ -1,0 +1,98 @@
+"""convbn (convolution, batchnorm, ReLU) and the -bn spec pair: growth into it keeps the function
+in eval mode exactly and, once calibrated on a training batch, in train mode too (issue 35);
+and --clip-grad bounds a step."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from models.builder import build_model
+from models.growth import calibrate, grow
+from models.layers.convbn import ConvBnLayer
+from models.schedule import final_spec, parse_schedule
+from models.spec import resolve_spec
+from pipeline.plan import ExperimentPlan, GrowthConfig
+from pipeline.training.config import ConfigError, TrainConfig
+from tests.conftest import fresh_state
+from tests.test_training import one_batch_at_zero_rate
+
+CIFAR = ((3, 32, 32), 10)
+
+
+def test_minimal_bn_grows_into_default_bn_keeping_the_eval_function():
+    torch.manual_seed(0)
+    start = resolve_spec("minimal-bn", *CIFAR)
+    events = parse_schedule("default-bn", 12)
+    assert final_spec(start, events).layers == resolve_spec("default-bn", *CIFAR).layers
+    model, x = build_model(start), torch.randn(32, *CIFAR[0])  # (B, C, H, W)
+    model.train()
+    model(x)  # batchnorm running statistics that are not the initial ones
+    model.eval()
+    before = model(x)
+    for event in events:
+        model, info = grow(model, event)
+        assert info["preserved"] and not info["reinitialised"], info["layer_id"]
+        assert calibrate(model, info["layer_id"], x) == (info["layer_id"] == "conv2")
+    model.eval()
+    torch.testing.assert_close(model(x), before, atol=1e-5, rtol=1e-5)
+
+
+def test_a_calibrated_identity_convbn_is_the_identity_in_train_mode_too():
+    torch.manual_seed(0)
+    layer = ConvBnLayer(8, 16, 3)
+    x = 3 * torch.relu(torch.randn(64, 8, 6, 6)) + 1  # a trained layer's scale, far from N(0, 1)
+    grown_layer = {"id": "conv2", "type": "convbn", "out_channels": 16, "kernel_size": 3}
+    from models.layers.convbn import CONVBN
+
+    assert CONVBN.identity(layer, grown_layer, (8, 6, 6), True)
+    layer.train()
+    uncalibrated = layer(x)[:, :8]
+    assert (uncalibrated - x).norm() / x.norm() > 0.3  # batch statistics undo the identity...
+    CONVBN.calibrate(layer, x)
+    torch.testing.assert_close(layer(x)[:, :8], x, atol=1e-4, rtol=1e-4)  # ...until calibrated
+    layer.eval()
+    torch.testing.assert_close(layer(x)[:, :8], x, atol=1e-4, rtol=1e-4)
+
+
+def test_the_plan_calibrates_what_it_grows(small_data):
+    cfg = TrainConfig(epochs=4, batch_size=64, seed=0)
+    events = parse_schedule("2:convbn(16)@after:pool1", cfg.epochs)
+    plan = ExperimentPlan(cfg, small_data, events, GrowthConfig())
+    state = fresh_state(small_data, cfg)  # tiny: conv1 (a plain conv) pool1 fc1
+    _, _, reports = plan.before_epoch(2, state.model, state.optimizer)
+    assert reports[0]["calibrated"] and reports[0]["probe_loss_after"] == pytest.approx(
+        reports[0]["probe_loss_before"], rel=1e-4
+    )
+
+
+def test_clip_grad_bounds_the_step(small_data):
+    cfg = TrainConfig(batch_size=64, momentum=0.0, weight_decay=0.0, seed=0)
+    state = fresh_state(small_data, cfg)
+    before = [p.detach().clone() for p in state.model.parameters()]
+    one_batch_at_zero_rate(state, small_data.train, clip_grad=1e-3)  # the rate is 0: no change
+    assert all(torch.equal(a, b) for a, b in zip(before, state.model.parameters()))
+    from pipeline.loop import train_one_epoch
+
+    train_one_epoch(
+        state.model,
+        state.optimizer,
+        small_data.train,
+        torch.arange(64),
+        batch_size=64,
+        lr_at=lambda p: 1.0,
+        epoch=0,
+        epochs=1,
+        global_step=0,
+        generator=torch.Generator().manual_seed(0),
+        clip_grad=1e-3,
+    )
+    step = torch.cat([(p.detach() - b).flatten() for p, b in zip(state.model.parameters(), before)])
+    assert 0 < float(step.norm()) <= 1e-3 * 1.0001  # rate 1 times a gradient clipped to norm 1e-3
+
+
+def test_a_negative_clip_is_refused():
+    with pytest.raises(ConfigError, match="--clip-grad"):
+        dataclasses.replace(TrainConfig(), clip_grad=-1.0).validate()
