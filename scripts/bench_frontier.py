@@ -78,17 +78,30 @@ from scripts.bench_dynamic import REPORT_SEEDS, TUNING_SEEDS, machine, scores_wi
 from scripts.bench_frontier_figure import plot
 from scripts.bench_frontier_findings import print_findings
 from scripts.bench_frontier_tiers import by_tier, test_by_tier
-from scripts.bench_levers import LEVERS
+from scripts.bench_levers import LEVERS, grown_into
 
 REFERENCE_EPOCHS = 12
 SUMMARISED = ("test_acc", "train_s", "flops", "epochs")
 
 
+def health_counts(runs: list[dict]) -> dict[str, dict[str, int]]:
+    """Per arm and budget, how many runs ended with each health verdict (collapsed, dipped, ok;
+    runs trained before verdicts existed count as "unjudged"): said before any mean."""
+    counts: dict[str, dict[str, int]] = {}
+    for r in runs:
+        cell = counts.setdefault(f"{r['arm']}@{r['fraction']:g}", {})
+        verdict = r.get("health") or "unjudged"
+        cell[verdict] = cell.get(verdict, 0) + 1
+    return counts
+
+
 def run_one(call) -> dict:
     outcome = call()
-    run = mlflow.last_active_run()
+    run = mlflow.get_run(mlflow.last_active_run().info.run_id)  # with the tags logged at its end
     return {
         "run_id": run.info.run_id,
+        "health": run.data.tags.get("health", ""),
+        "growth_dip": run.data.metrics.get("growth/dip_worst"),
         "epochs": outcome.state.epoch,
         "val_acc": outcome.state.history[-1]["val/acc"],
         "train_s": outcome.state.cumulative_s,
@@ -98,7 +111,9 @@ def run_one(call) -> dict:
     }
 
 
-def reused_runs(paths: str, lever: str, subset: int) -> tuple[dict[tuple, dict], list[dict]]:
+def reused_runs(
+    paths: str, lever: str, subset: int, dataset: str = "fashion-mnist", static_spec: str = "default"
+) -> tuple[dict[tuple, dict], list[dict]]:
     """(seed, arm, fraction) -> the row of earlier frontier.json files (comma-separated), each
     evaluated there already; and the files themselves. Two files holding one cell is an error.
 
@@ -110,10 +125,14 @@ def reused_runs(paths: str, lever: str, subset: int) -> tuple[dict[tuple, dict],
         earlier = json.loads(Path(path).read_text())
         name = earlier["lever"]["name"]
         same_recipe = earlier["lever"]["options"][0] == LEVERS[lever][0]
-        if earlier["subset"] != subset or not (name == lever or same_recipe):
+        same_static = earlier.get("static_spec", "default") == static_spec  # files before it: default
+        same_data = (earlier["subset"], earlier.get("dataset", "fashion-mnist")) == (subset, dataset)
+        if not same_data or not (name == lever or (same_recipe and same_static)):
             raise click.UsageError(
-                f"--reuse {path}: lever {name}, subset {earlier['subset']}; this run has lever "
-                f"{lever}, subset {subset} (another lever's static runs need the same recipe)"
+                f"--reuse {path}: lever {name}, subset {earlier['subset']}, dataset "
+                f"{earlier.get('dataset', 'fashion-mnist')}; this run has lever {lever}, subset "
+                f"{subset}, dataset {dataset} (another lever's static runs need the same recipe "
+                "and static network)"
             )
         for r in earlier["runs"]:
             if name != lever and r["arm"] != "static":
@@ -174,7 +193,13 @@ def first_match(times: list[float], accs: list[float], target: float) -> float:
     show_default=True,
     help=f"options of both arms (recipe) and of the dynamic one, from bench_levers: {', '.join(LEVERS)}",
 )
-@click.option("--subset", default=0, show_default=True, help="0: full Fashion-MNIST")
+@click.option(
+    "--dataset",
+    default="fashion-mnist",
+    show_default=True,
+    help="fashion-mnist, or folder:PATH (a folder or archive, e.g. CIFAR-10's)",
+)
+@click.option("--subset", default=0, show_default=True, help="0: the whole dataset")
 @click.option("--data-dir", default="", help="where the dataset files are")
 @click.option("--scores-run", default="", help="reuse this score_difficulty run")
 @click.option("--output-dir", default="reports/frontier", show_default=True)
@@ -191,6 +216,7 @@ def main(
     dynamic_fractions: str,
     same_time: bool,
     lever: str,
+    dataset: str,
     subset: int,
     data_dir: str,
     scores_run: str,
@@ -206,21 +232,22 @@ def main(
     os.environ.pop("MLFLOW_RUN_ID", None)
     mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
     mlflow.set_experiment("bench_frontier")
-    data_cfg = DataConfig(subset=subset, data_dir=data_dir)
+    data_cfg = DataConfig(dataset=dataset, subset=subset, data_dir=data_dir)
     data = load_data(data_cfg)
-    final = resolve_spec("default", data.input_shape, data.num_classes)
+    start = resolve_spec(growth_options.get("start_spec", "minimal"), data.input_shape, data.num_classes)
+    final = grown_into(start, growth_options.get("schedule", "default"), data)
     static_12 = static_training_flops(final, data, REFERENCE_EPOCHS)
     shares = [float(f) for f in fractions.split(",")]
     text = dynamic_fractions or fractions
     dynamic_shares = [] if text == "none" else [float(f) for f in text.split(",")]
     if 1.0 not in shares:
         raise click.UsageError(f"--fractions {fractions}: include 1 (static-12, the reference)")
-    previous, reused_files = reused_runs(reuse, lever, subset)
+    previous, reused_files = reused_runs(reuse, lever, subset, dataset, final.name)
     arms = [("static", f) for f in shares] + [("dynamic", f) for f in dynamic_shares]
     arms += [("dynamic-12ep", 1.0)] + ([("dynamic-same-time", 1.0)] if same_time else [])
     to_train = [(seed, *arm) for seed in seed_list for arm in arms if (seed, *arm) not in previous]
     if to_train:
-        warm_up(data, [resolve_spec("minimal", data.input_shape, data.num_classes), final])
+        warm_up(data, [start, final])
         scores_run, scoring = scores_with_cost(data_cfg, data, scores_run)
     else:  # a summary of earlier files: the scoring they charged is the one to report
         scoring = reused_files[0]["score_difficulty"]
@@ -245,6 +272,7 @@ def main(
     def save_partial() -> None:
         """What --reuse needs to resume from here, before the summary: the runs so far."""
         partial = {"complete": False, "lever": lever_entry, "subset": subset, **where}
+        partial |= {"dataset": dataset, "static_spec": final.name} if dataset != "fashion-mnist" else {}
         partial |= {"score_difficulty": scoring, "accuracy": accuracy(), "runs": runs}
         write_json(out / "frontier.json", partial)
 
@@ -394,6 +422,8 @@ def main(
         "seeds_that_chose_the_defaults": list(TUNING_SEEDS),
         **where,
         "subset": subset,
+        **({"dataset": dataset, "static_spec": final.name} if dataset != "fashion-mnist" else {}),
+        "health": health_counts(runs),
         "static_12_flops": static_12,
         "accuracy": accuracy(),
         "clock": "time/cumulative_s: epoch loop with validation passes; not MLflow logging or checkpoints",
@@ -425,7 +455,8 @@ def main(
         "runs": runs,
     }
     write_json(out / "frontier.json", result)
-    title = f"Fashion-MNIST ({subset or 'full'}), lever {lever}, seeds {seeds}, {result['device']}"
+    name = "Fashion-MNIST" if dataset == "fashion-mnist" else Path(dataset.partition(":")[2]).name
+    title = f"{name} ({subset or 'full'}), lever {lever}, seeds {seeds}, {result['device']}"
     plot(frontier, reference, out / "frontier.png", title)
     print_findings(result)
 

@@ -8,7 +8,14 @@ from scripts.bench_frontier_tiers import print_tiers
 
 
 def print_findings(result: dict) -> None:
-    """One line per finding; the JSON holds each one's full statistics."""
+    """One line per finding; the JSON holds each one's full statistics. Health first: a mean
+    over a collapsed run's seed is no result."""
+    if "health" in result:
+        cells = [
+            f"{cell}: " + ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
+            for cell, counts in result["health"].items()
+        ]
+        print("health (runs per verdict, before any mean): " + "; ".join(cells))
     target = next(p for p in result["frontier"]["static"] if p["fraction"] == 1.0)["test_acc"]["mean"]
     at_share = result["b_dynamic_flops_share"]
     b, c = result["b_test_points_at_static_12_wallclock"], result["c_test_points_at_equal_epochs"]

@@ -37,7 +37,7 @@ import mlflow
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
 
 from models.schedule import final_spec, parse_schedule
-from models.spec import resolve_spec
+from models.spec import NAMED_SPECS, resolve_spec
 from pipeline import train_dynamic, train_static
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
@@ -60,6 +60,15 @@ BIGGER_SCHEDULE = (
 # options, TrainConfig options for the dynamic arm only)
 LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     "base": ({}, {}, {}, {}),
+    # Batchnorm in every conv layer, both arms (issue 35): static trains default-bn, the dynamic
+    # run grows minimal-bn into it; growth inserts conv2 as a calibrated identity.
+    "bn": ({}, {}, {"start_spec": "minimal-bn", "schedule": "default-bn"}, {}),
+    "bn+keep": (
+        {},
+        {"tier_boundaries": "1,2", "prune_from": 3},
+        {"start_spec": "minimal-bn", "schedule": "default-bn"},
+        {},
+    ),
     "aug": ({"augment": "flip+shift"}, {}, {}, {}),
     "smooth": ({"label_smoothing": 0.1}, {}, {}, {}),
     "aug+smooth": ({"augment": "flip+shift", "label_smoothing": 0.1}, {}, {}, {}),
@@ -157,6 +166,18 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
 }
 
 
+def grown_into(start, schedule: str, data):
+    """The static arm's network: the one the lever's dynamic run grows into, as the named spec
+    it equals (default for the default schedule, default-bn for default-bn), so that static
+    runs keep their name."""
+    grown = final_spec(start, parse_schedule(schedule, REFERENCE_EPOCHS))
+    for name in NAMED_SPECS:
+        named = resolve_spec(name, data.input_shape, data.num_classes)
+        if named.layers == grown.layers:
+            return named
+    return grown
+
+
 @click.command()
 @click.option("--levers", default="base,aug", show_default=True, help=f"of {', '.join(LEVERS)}")
 @click.option("--seeds", default=",".join(map(str, TUNING_SEEDS)), show_default=True)
@@ -227,6 +248,13 @@ def main(
         done.append(row)
         return row
 
+    def static_network(lever: str):
+        """The static arms' network: the one the lever's dynamic run grows into (default-bn for
+        the bn levers, default for the others)."""
+        growth = LEVERS[lever][2]
+        start = resolve_spec(growth.get("start_spec", "minimal"), data.input_shape, data.num_classes)
+        return grown_into(start, growth.get("schedule", "default"), data)
+
     def have(lever: str, arm: str, seed: int, recipe: dict) -> bool:
         return any(
             r["arm"] == arm
@@ -235,6 +263,7 @@ def main(
             and r.get("label_noise", 0.0) == label_noise
             and (
                 LEVERS[r["lever"]][0] == recipe
+                and static_network(r["lever"]).name == static_network(lever).name
                 if arm == "static"
                 else r["lever"] == lever and r["share"] == share
             )
@@ -255,7 +284,7 @@ def main(
             for arm, curriculum_cfg in statics.items():
                 if arm in chosen and not have(name, arm, seed, recipe):
                     train = TrainConfig(epochs=REFERENCE_EPOCHS, seed=seed, **recipe)
-                    spec = train_static.StaticConfig(spec=final.to_json())
+                    spec = train_static.StaticConfig(spec=static_network(name).to_json())
                     record(name, arm, seed, train_static.run(data_cfg, train, spec, curriculum_cfg, quiet))
             if "static-twin" in chosen and not have(name, "static-twin", seed, recipe):
                 growth_cfg = GrowthConfig(**growth)
@@ -294,7 +323,11 @@ def summarise(rows: list[dict], share: float, subset: int) -> None:
         static = {
             r["seed"]: r
             for r in rows
-            if r["arm"] == "static" and r["subset"] == subset and LEVERS[r["lever"]][0] == LEVERS[name][0]
+            if r["arm"] == "static"
+            and r["subset"] == subset
+            and LEVERS[r["lever"]][0] == LEVERS[name][0]
+            # the bn levers' static arm trains default-bn, the others' default
+            and LEVERS[r["lever"]][2].get("start_spec") == LEVERS[name][2].get("start_spec")
         }
         seeds = sorted(set(dyn) & set(static))
         if not seeds:
