@@ -1,4 +1,5 @@
-"""Batch augmentation: flips, shifts and random erasing of a whole batch at once, and mixup."""
+"""Batch augmentation: flips, random crops, shifts and random erasing of a whole batch at once,
+and mixup."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import random
 import torch
 
 # ``--augment`` joins any of these parts with "+", in this order ("flip+erase"), or is "none".
-AUGMENT_PARTS = ("flip", "shift", "erase")
+# Each part draws from the generator only when it is asked for, so adding a part changes no
+# other combination's augmentation.
+AUGMENT_PARTS = ("flip", "crop", "shift", "erase")
 AUGMENTATIONS = (
     "none",
     *(
@@ -26,11 +29,15 @@ ERASE_P = 0.5
 ERASE_AREA = (0.02, 0.4)
 ERASE_ASPECT = (0.3, 1 / 0.3)
 
+# The CIFAR recipe since ResNet (He et al. 2016): pad 4 pixels, crop back to the image size at a
+# random place, per image (so each moves by up to 4 px).
+CROP_PAD = 4
+
 
 def augment_batch(x: torch.Tensor, kind: str, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Augment a whole batch at once (B, C, H, W): horizontal flips and/or shifts of up to 2 px
-    and/or random erasing, in that order. Random draws come from ``generator`` (on the CPU),
-    so a run's augmentation follows its seed on any device."""
+    """Augment a whole batch at once (B, C, H, W): horizontal flips and/or random crops and/or
+    shifts of up to 2 px and/or random erasing, in that order. Random draws come from
+    ``generator`` (on the CPU), so a run's augmentation follows its seed on any device."""
     if kind == "none":
         return x
     parts = kind.split("+")
@@ -38,6 +45,8 @@ def augment_batch(x: torch.Tensor, kind: str, generator: torch.Generator | None 
     if "flip" in parts:
         flip = torch.rand(b, generator=generator) < 0.5
         x = torch.where(flip.to(x.device)[:, None, None, None], x.flip(3), x)
+    if "crop" in parts:
+        x = _crop(x, generator)
     if "shift" in parts:
         pad = 2
         padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))
@@ -47,6 +56,19 @@ def augment_batch(x: torch.Tensor, kind: str, generator: torch.Generator | None 
     if "erase" in parts:
         x = _erase(x, generator)
     return x
+
+
+def _crop(x: torch.Tensor, generator: torch.Generator | None, pad: int = CROP_PAD) -> torch.Tensor:
+    """Each image padded by ``pad`` zeros (the mean colour: the input is normalised) and cropped
+    back to its size at its own random offset, all images in one gather."""
+    b, c, h, w = x.shape
+    padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))  # (B, C, H + 2p, W + 2p)
+    dy, dx = torch.randint(0, 2 * pad + 1, (2, b), generator=generator).to(x.device)  # (B,) each
+    rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]  # (B, 1, H, 1)
+    cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]  # (B, 1, 1, W)
+    batch = torch.arange(b, device=x.device)[:, None, None, None]
+    channel = torch.arange(c, device=x.device)[None, :, None, None]
+    return padded[batch, channel, rows, cols]  # (B, C, H, W)
 
 
 def _erase(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

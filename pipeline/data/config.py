@@ -9,6 +9,8 @@ from pipeline.cli import opt
 
 BUILTIN_DATASETS = ("fashion-mnist", "mnist", "cifar10")
 FOLDER_PREFIX = "folder:"
+# Archives a folder dataset may be, read in place: the ImageFolder tree inside them is never unpacked.
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".zip")
 
 
 class DataError(ValueError):
@@ -17,7 +19,11 @@ class DataError(ValueError):
 
 @dataclass(frozen=True)
 class DataConfig:
-    dataset: str = opt("fashion-mnist", "fashion-mnist, mnist, cifar10, or folder:/path (ImageFolder layout)")
+    dataset: str = opt(
+        "fashion-mnist",
+        "fashion-mnist, mnist, cifar10, or folder:/path (ImageFolder layout: a directory, or a "
+        ".tar, .tar.gz, .tar.xz or .zip archive of one)",
+    )
     data_dir: str = opt(
         "", "where the dataset files are; empty: the cache, Debian's package, then a download"
     )
@@ -35,8 +41,16 @@ class DataConfig:
     noise_seed: int = opt(0, "seed of which labels are flipped and to what")
 
 
+def archive_suffix(path: str | Path) -> str:
+    """The archive suffix ``path`` ends with (``.tar.xz``), or '' when it names no archive."""
+    name = Path(path).name.lower()
+    return next((s for s in sorted(ARCHIVE_SUFFIXES, key=len, reverse=True) if name.endswith(s)), "")
+
+
 def dataset_name(dataset: str) -> str:
-    """The name runs record for ``--dataset``: itself, or ``folder-<dir>`` for a folder."""
+    """The name runs record for ``--dataset``: itself, or ``folder-<dir>`` for a folder
+    (``folder-cifar10-jpeg`` for ``folder:/data/cifar10-jpeg.tar.xz``)."""
     if dataset.startswith(FOLDER_PREFIX):
-        return "folder-" + Path(dataset[len(FOLDER_PREFIX) :]).name
+        name = Path(dataset[len(FOLDER_PREFIX) :]).name
+        return "folder-" + name[: len(name) - len(archive_suffix(name))]
     return dataset

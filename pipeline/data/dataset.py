@@ -50,6 +50,9 @@ class Data:
     mean: tuple[float, ...] = ()
     std: tuple[float, ...] = ()
     noise_digest: str = ""  # the flipped labels alone; '' on clean data
+    # Where a folder dataset was read from (resolved) and an archive's sha256; '' otherwise.
+    source: str = ""
+    source_sha256: str = ""
 
     @property
     def input_shape(self) -> tuple[int, int, int]:

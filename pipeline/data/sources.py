@@ -1,5 +1,6 @@
 """Reading a dataset's files into raw uint8 tensors: Fashion-MNIST idx files, torchvision's
-MNIST and CIFAR-10, and image folders; each read once per process."""
+MNIST and CIFAR-10, and image folders (a directory or an archive, see ``archive``); each read
+once per process."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import hashlib
 import os
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 import numpy as np
 import torch
 
-from pipeline.data.config import BUILTIN_DATASETS, FOLDER_PREFIX, DataError
+from pipeline.data import archive
+from pipeline.data.config import ARCHIVE_SUFFIXES, BUILTIN_DATASETS, FOLDER_PREFIX, DataError
 from pipeline.data.sampling import stratified_sample
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -52,6 +55,9 @@ class RawData:
     test_y: torch.Tensor
     classes: tuple[str, ...]
     digest: str
+    # Where a folder dataset was read from (resolved), and an archive's sha256; '' otherwise.
+    source: str = ""
+    source_sha256: str = ""
 
 
 def default_cache_dir() -> Path:
@@ -135,7 +141,7 @@ def array_digest(*arrays: np.ndarray | torch.Tensor) -> str:
     return h.hexdigest()[:16]
 
 
-def _raw(train_x, train_y, test_x, test_y, classes) -> RawData:
+def _raw(train_x, train_y, test_x, test_y, classes, source: str = "", source_sha256: str = "") -> RawData:
     """Assemble RawData from arrays, adding a channel axis to grayscale images."""
     tx, vx = np.asarray(train_x), np.asarray(test_x)
     if tx.ndim == 3:
@@ -148,6 +154,8 @@ def _raw(train_x, train_y, test_x, test_y, classes) -> RawData:
         torch.from_numpy(vy),
         tuple(classes),
         array_digest(tx, ty, vx, vy),
+        source,
+        source_sha256,
     )
 
 
@@ -209,66 +217,152 @@ def _eight_bit(img):
     return Image.fromarray(np.round(wide * 255 / (2**depth - 1)).clip(0, 255).astype(np.uint8), mode="L")
 
 
-def _read_image_folder(root: Path, size: tuple[int, int] | None, mode: str | None):
+def decode_image(file: Path | BinaryIO, name: str, size: tuple[int, int] | None, mode: str | None):
+    """One image file (a path, or a binary file) as uint8 (H, W) or (H, W, 3) by the folder
+    rules: more than 8 bits scaled to 8, converted to ``mode`` and resized to ``size``, each
+    taken from this image when None. Returns the array, the size and the mode; ``name`` is what
+    an error calls the file."""
     from PIL import Image, UnidentifiedImageError
 
-    classes = sorted(p.name for p in root.iterdir() if p.is_dir())
+    try:
+        with Image.open(file) as img:
+            img.load()
+            img = _eight_bit(img)
+            if mode is None:
+                mode = "L" if img.mode in ("1", "L") else "RGB"
+            img = img.convert(mode)
+            if size is None:
+                size = img.size
+            if img.size != size:
+                img = img.resize(size)
+            return np.asarray(img, dtype=np.uint8), size, mode
+    except UnidentifiedImageError:  # its own text names a file object, not the file
+        raise DataError(f"cannot read image {name}: not an image, or a damaged one") from None
+    except (OSError, ValueError) as err:
+        raise DataError(f"cannot read image {name}: {err}") from None
+
+
+@dataclass(frozen=True)
+class DirectoryTree:
+    """An image folder on disk, as the folder rules read it; ``archive.ArchiveTree`` is the
+    same for an archive. Folders are named relative to ``path``."""
+
+    path: Path
+
+    @property
+    def root(self) -> PurePosixPath:
+        return PurePosixPath()  # where train/ and test/ are: only an archive may wrap them
+
+    def describe(self, folder: PurePosixPath) -> str:
+        return str(self.path / folder)
+
+    def subfolders(self, folder: PurePosixPath) -> list[str]:
+        return sorted(p.name for p in (self.path / folder).iterdir() if p.is_dir())
+
+    def images(self, folder: PurePosixPath) -> list[tuple[str, Path]]:
+        files = sorted(p for p in (self.path / folder).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        return [(str(p), p) for p in files]
+
+
+def _read_classes(tree: DirectoryTree | archive.ArchiveTree, folder: PurePosixPath, size, mode):
+    """The images of ``folder``'s class folders (labels by sorted class name), decoded."""
+    classes = tree.subfolders(folder)
     if len(classes) < 2:
         raise DataError(
-            f"folder dataset {root} has {len(classes)} class folder(s); it needs at least 2 "
-            "(one sub-folder of images per class)"
+            f"folder dataset {tree.describe(folder)} has {len(classes)} class folder(s); it needs "
+            "at least 2 (one sub-folder of images per class)"
         )
     images, labels = [], []
     for label, name in enumerate(classes):
-        files = sorted(p for p in (root / name).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        files = tree.images(folder / name)
         if not files:
-            raise DataError(f"folder dataset class {root / name} holds no images")
-        for file in files:
-            try:
-                with Image.open(file) as img:
-                    img.load()
-                    img = _eight_bit(img)
-                    if mode is None:
-                        mode = "L" if img.mode in ("1", "L") else "RGB"
-                    img = img.convert(mode)
-                    if size is None:
-                        size = img.size
-                    if img.size != size:
-                        img = img.resize(size)
-                    images.append(np.asarray(img, dtype=np.uint8))
-            except (UnidentifiedImageError, OSError, ValueError) as err:
-                raise DataError(f"cannot read image {file}: {err}") from None
+            raise DataError(f"folder dataset class {tree.describe(folder / name)} holds no images")
+        for file_name, file in files:
+            image, size, mode = decode_image(file, file_name, size, mode)
+            images.append(image)
             labels.append(label)
     return np.stack(images), np.asarray(labels, dtype=np.int64), classes, size, mode
 
 
+# What decoding a folder gives, and what an archive's cache holds. Without train/ and test/
+# folders every image is in train_x and test_x is empty: load_folder holds out a test split.
+DECODED_KEYS = ("train_x", "train_y", "test_x", "test_y", "classes")
+
+
+def decode_tree(tree: DirectoryTree | archive.ArchiveTree) -> dict[str, np.ndarray]:
+    """Every image of an ImageFolder tree (a ``DirectoryTree`` or ``archive.ArchiveTree``)."""
+    root = tree.root
+    top = tree.subfolders(root)
+    if "train" in top and "test" in top:
+        tx, ty, classes, size, mode = _read_classes(tree, root / "train", None, None)
+        vx, vy, test_classes, _, _ = _read_classes(tree, root / "test", size, mode)
+        if test_classes != classes:
+            raise DataError(
+                f"{tree.describe(root / 'test')} has classes {test_classes}, "
+                f"{tree.describe(root / 'train')} has {classes}"
+            )
+    elif top in (["train"], ["test"]):
+        (only,) = top
+        other = "test" if only == "train" else "train"
+        raise DataError(
+            f"folder dataset {tree.describe(root / only)} has no {other}/ beside it; give both "
+            "train/ and test/, or class folders alone (a test split is then held out)"
+        )
+    else:
+        tx, ty, classes, _, _ = _read_classes(tree, root, None, None)
+        vx, vy = tx[:0], ty[:0]
+    return dict(zip(DECODED_KEYS, (tx, ty, vx, vy, np.asarray(classes))))
+
+
+def _decode_archive(path: Path) -> tuple[dict[str, np.ndarray], str]:
+    """An archive's decoded images and its sha256; decoded once, then read from the cache."""
+    sha256 = archive.sha256_file(path)
+    cache = archive.cache_file(default_cache_dir(), sha256)
+    decoded = archive.read_cache(cache, DECODED_KEYS)
+    if decoded is None:
+        decoded = decode_tree(archive.ArchiveTree.open(path, IMAGE_SUFFIXES))
+        archive.write_cache(cache, decoded)
+    return decoded, sha256
+
+
 def load_folder(path: str, test_fraction: float = 1 / 6, seed: int = 0) -> RawData:
-    """Images in torchvision's ImageFolder layout: ``root/<class>/*.png``.
+    """Images in torchvision's ImageFolder layout: ``root/<class>/*.png``, in a directory or in
+    an archive (``ARCHIVE_SUFFIXES``; read in place, its decoded images cached).
 
     With ``root/train`` and ``root/test`` both present they are the splits; otherwise a fixed
     stratified ``test_fraction`` is held out as the test split. All images are resized to the
-    size of the first one read, in grayscale when the first one is grayscale.
+    size of the first one read, in grayscale when the first one is grayscale. An archive may
+    wrap the tree in one top-level folder.
     """
+    if not path.strip():
+        raise DataError(
+            "--dataset folder: names no folder; give folder:/path/to/images "
+            f"(a directory, or an archive: {', '.join(ARCHIVE_SUFFIXES)})"
+        )
     root = Path(path)
-    if not root.is_dir():
-        raise DataError(f"folder dataset {root} does not exist or is not a directory")
-    if (root / "train").is_dir() and (root / "test").is_dir():
-        tx, ty, classes, size, mode = _read_image_folder(root / "train", None, None)
-        vx, vy, test_classes, _, _ = _read_image_folder(root / "test", size, mode)
-        if test_classes != classes:
-            raise DataError(f"{root}/test has classes {test_classes}, {root}/train has {classes}")
+    sha256 = ""
+    if archive.is_archive(root):
+        decoded, sha256 = _decode_archive(root)
+    elif root.is_dir():
+        decoded = decode_tree(DirectoryTree(root))
     else:
-        x, y, classes, _, _ = _read_image_folder(root, None, None)
+        raise DataError(
+            f"folder dataset {root} does not exist or is neither a directory nor an archive "
+            f"({', '.join(ARCHIVE_SUFFIXES)})"
+        )
+    tx, ty, vx, vy = (decoded[k] for k in DECODED_KEYS[:4])
+    classes = [str(c) for c in decoded["classes"]]
+    if not len(vy):  # no train/ and test/: hold out a fixed stratified share
         generator = torch.Generator().manual_seed(seed)
         test_idx = stratified_sample(
-            torch.from_numpy(y), max(len(classes), round(len(y) * test_fraction)), generator
+            torch.from_numpy(ty), max(len(classes), round(len(ty) * test_fraction)), generator
         )
-        mask = np.ones(len(y), dtype=bool)
+        mask = np.ones(len(ty), dtype=bool)
         mask[test_idx.numpy()] = False
-        tx, ty, vx, vy = x[mask], y[mask], x[~mask], y[~mask]
+        tx, ty, vx, vy = tx[mask], ty[mask], tx[~mask], ty[~mask]
     if tx.ndim == 4:
         tx, vx = tx.transpose(0, 3, 1, 2), vx.transpose(0, 3, 1, 2)
-    return _raw(tx, ty, vx, vy, classes)
+    return _raw(tx, ty, vx, vy, classes, source=str(root.resolve()), source_sha256=sha256)
 
 
 @functools.lru_cache(maxsize=4)

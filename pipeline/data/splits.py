@@ -96,6 +96,8 @@ def make_splits(raw: RawData, cfg: DataConfig, include_test: bool) -> Data:
         mean=tuple(mean.flatten().tolist()),
         std=tuple(std.flatten().tolist()),
         noise_digest=noise_digest,
+        source=raw.source,
+        source_sha256=raw.source_sha256,
     )
 
 

@@ -18,7 +18,8 @@ from pipeline.data.label_noise import noise_table
 
 
 def log_dataset(data: Data, context: str = "training") -> None:
-    """Record the data as a run input (filterable in the UI) and its identity as params."""
+    """Record the data as a run input (filterable in the UI), its identity as params, and where
+    a folder dataset was read from (its resolved path, an archive's sha256) as tags."""
     dataset = MetaDataset(CodeDatasetSource({"dataset": data.name}), name=data.name, digest=data.digest)
     mlflow.log_input(dataset, context=context, tags={f"size_{k}": str(v) for k, v in data.sizes().items()})
     mlflow.log_params(
@@ -28,6 +29,11 @@ def log_dataset(data: Data, context: str = "training") -> None:
             **{f"data_size_{k}": str(v) for k, v in data.sizes().items()},
         }
     )
+    # Tags, not params: a resumed run may read the same files from another path.
+    if data.source:
+        mlflow.set_tag("data_source", data.source)
+    if data.source_sha256:
+        mlflow.set_tag("data_source_sha256", data.source_sha256)
     if data.noisy:
         log_label_noise(data)
 
