@@ -34,13 +34,13 @@ from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.exits import ExitConfig
 from pipeline.logged_model import log_classifier
 from pipeline.loop import DivergenceError, pick_device, seed_everything
+from pipeline.run_outcome import log_budget, log_health
 from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.params import shown_param
 from pipeline.tracking.processes import HOST_TAG, PID_TAG, owned_elsewhere
 from pipeline.tracking.resume_lock import resume_lock
 from pipeline.tracking.runs import current_run_name, tracked_run
-from pipeline.training import health
 from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
@@ -410,34 +410,6 @@ def set_exit_thresholds(
                 err=True,
             )
     mlflow.set_tag("exit_confidence", measure)
-
-
-def log_health(state: FitState, data: Data, cfg: TrainConfig) -> None:
-    """The run's health verdict (tags ``health``, ``health_detail``; ``health/...`` metrics),
-    each growth event's dip (``growth/dip`` at the event's epoch) and why it stopped (tag
-    ``stop_reason``). A collapsed run says so in one line: it ends FINISHED, as a result."""
-    verdict = health.assess(state.history, state.trace.events, health.top_share(data.val.y), cfg.dip_margin)
-    mlflow.set_tags({**verdict.tags(), "stop_reason": state.stop_reason or "epochs"})
-    mlflow.log_metrics(verdict.metrics())
-    for epoch, dip in verdict.growth_dips.items():
-        mlflow.log_metric("growth/dip", dip, step=epoch)
-    if verdict.verdict == "collapsed":
-        ended = "stopped early" if state.stop_reason == "collapsed" else "ended"
-        click.echo(f"health: this run {ended} collapsed ({verdict.describe()})", err=True)
-
-
-def log_budget(length, state: FitState) -> None:
-    """What the run was given, what it used, and why it stopped (tag ``stop_reason``)."""
-    budget = length.budget
-    used = {
-        "epochs": float(state.epoch),
-        "flops": state.cumulative_train_flops,
-        "seconds": state.cumulative_s,
-    }[budget.unit]
-    mlflow.log_metrics(
-        {"budget/total": budget.amount, "budget/used": used, "budget/used_fraction": used / budget.amount}
-    )
-    mlflow.set_tags({"budget_unit": budget.unit, "stop_reason": state.stop_reason or "epochs"})
 
 
 def run_title(run_name: str) -> str:

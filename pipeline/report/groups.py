@@ -64,6 +64,7 @@ class Group:
     target: float = math.nan  # target validation accuracy for time-to-target
     target_note: str = ""
     curves: int = 0  # runs with a validation curve in history.csv, for time-to-target
+    variant_options: str = "{}"  # runs.variant_options: the growth and curriculum options beyond the tag
     # "": paired with the baseline at equal training length (same setting); "seconds" or
     # "flops": each run's budget was its seed's baseline run's cost (``--budget run:ID``)
     equal_cost: str = ""
@@ -114,7 +115,9 @@ def make_groups(runs_df: pd.DataFrame, histories: dict, target_acc: float | None
         runs["setting"] = setting_of({})
     if "budget_reference" not in runs.columns:
         runs["budget_reference"] = ""
-    for col in ("entry_point", "variant", "final_spec", "setting", "budget_reference"):
+    if "variant_options" not in runs.columns:
+        runs["variant_options"] = "{}"
+    for col in ("entry_point", "variant", "final_spec", "setting", "budget_reference", "variant_options"):
         runs[col] = runs[col].fillna("").astype(str)
     runs["variant"] = runs["variant"].replace("", "(no variant tag)")
     runs["spec_key"] = runs["final_spec"].map(spec_key)
@@ -127,23 +130,23 @@ def make_groups(runs_df: pd.DataFrame, histories: dict, target_acc: float | None
 
     settings = setting_labels(runs["setting"].unique())
     groups = []
-    columns = ["setting", "variant", "entry_point", "spec_key"]
-    for setting, variant, entry_point, key in runs[columns].drop_duplicates().itertuples(index=False):
-        rows = runs[
-            (runs["setting"] == setting)
-            & (runs["variant"] == variant)
-            & (runs["entry_point"] == entry_point)
-            & (runs["spec_key"] == key)
-        ]
-        groups.append(
-            Group(variant, variant, entry_point, key, rows.reset_index(drop=True), setting, settings[setting])
-        )
+    columns = ["setting", "variant", "entry_point", "spec_key", "variant_options"]
+    for setting, variant, entry_point, key, options in (
+        runs[columns].drop_duplicates().itertuples(index=False)
+    ):
+        rows = runs[(runs[columns] == (setting, variant, entry_point, key, options)).all(axis=1)]
+        group = Group(variant, variant, entry_point, key, rows.reset_index(drop=True), setting)
+        group.setting_label, group.variant_options = settings[setting], options
+        groups.append(group)
+    _name_variant_options(groups)
     # Several groups under one variant in one setting (e.g. static runs of two architectures):
     # name the spec; several settings: name the setting too, so no label stands for two.
     counts = pd.Series([(g.setting, g.variant) for g in groups]).value_counts()
     for g in groups:
         if counts[(g.setting, g.variant)] > 1:
             g.label = f"{g.variant} [{g.spec_id}]"
+        else:
+            g.label = g.variant
         if g.setting_label:
             g.label = f"{g.label} ({g.setting_label})"
     groups.sort(key=lambda g: (g.setting_label, not g.is_baseline, g.label))
@@ -175,6 +178,22 @@ def make_groups(runs_df: pd.DataFrame, histories: dict, target_acc: float | None
             time_to_target(histories[r], g.target) if r in with_curve else math.nan for r in g.runs["run_id"]
         ]
     return groups
+
+
+def _name_variant_options(groups: list[Group]) -> None:
+    """Runs of one variant with other growth or curriculum options (``--growth-rewarm``,
+    ``--tier-boundaries``, a custom schedule, ...) are separate variants, each named with the
+    options in which it differs from the others."""
+    kin: dict[tuple, list[Group]] = {}
+    for g in groups:
+        kin.setdefault((g.setting, g.variant, g.entry_point), []).append(g)
+    for alike in kin.values():
+        if len({g.variant_options for g in alike}) < 2:
+            continue
+        options = [json.loads(g.variant_options) for g in alike]
+        for g, mine in zip(alike, options):
+            differ = [k for k in sorted(mine) if any(o.get(k) != mine[k] for o in options)]
+            g.variant = f"{g.variant} [{', '.join(f'{k}={mine[k]}' for k in differ)}]"
 
 
 def _equal_cost_baseline(g: Group, candidates: list[Group]) -> tuple[Group | None, str]:

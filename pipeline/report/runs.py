@@ -22,6 +22,43 @@ from pipeline.tracking.runs import ENTRY_POINT_TAG
 HISTORY_ARTIFACT = "history.csv"
 TRACE_ARTIFACT = "architecture_trace.json"
 
+# The training recipe (pipeline/training/config.py's options that change what is trained), with
+# the default that a run logged before the option existed trained with.
+RECIPE_DEFAULTS = {
+    "lr": "0.05",
+    "momentum": "0.9",
+    "weight_decay": "0.0005",
+    "warmup": "0.03",
+    "batch_size": "128",
+    "augment": "none",
+    "label_smoothing": "0",
+    "mixup": "0",
+    "ema_decay": "0",
+    "clip_grad": "0",
+}
+
+# Options of one arm only (growth; curriculum options beyond those the variant tag names): runs
+# of one variant that differ in them are grouped apart and labelled with what differs.
+VARIANT_KEYS = (
+    "start_spec",
+    "schedule",
+    "growth_init",
+    "growth_noise",
+    "grow_on",
+    "plateau_patience",
+    "growth_rewarm",
+    "growth_lr_scale",
+    "pacing_a",
+    "pacing_b",
+    "tier_boundaries",
+    "difficulty_score",
+    "prune_anneal",
+    "rejoin",
+    "prune_from",
+    "exits",
+    "exit_weights",
+)
+
 # The parameters that must be equal for two runs to be compared or averaged: the data (its
 # digest covers dataset, subset, validation size, split seed and label noise; the others are spelled out so
 # that the report can say which differ), the training length, and the arithmetic. Extend here.
@@ -37,7 +74,10 @@ COMPARABILITY_KEYS = (
     "epochs",
     "budget",
     "budget_resolved",
-    "precision",
+    "precision",  # as resolved (fp32, bf16, fp16: tag precision_resolved), not as asked (auto)
+    "device_kind",  # cpu, cuda or mps (tag device): wall-clock and arithmetic differ between them
+    # The recipe both arms share: a run of another rate, decay or augmentation is another setting.
+    *RECIPE_DEFAULTS,
 )
 
 # The keys that say how long a run trained: runs that differ only in them lie on one cost frontier.
@@ -74,7 +114,14 @@ def collect_runs(
                     "final_spec": tags.get("final_spec", ""),
                     "status": run.info.status,
                     "health": tags.get("health", ""),  # pipeline/training/health.py; "" before it
-                    "setting": setting_of(params),
+                    "setting": setting_of(
+                        {
+                            **params,
+                            "precision": tags.get("precision_resolved", params.get("precision", "")),
+                            "device_kind": tags.get("device", "").partition(":")[0],
+                        }
+                    ),
+                    "variant_options": variant_options(params),
                     "budget_reference": budget_reference(params),
                     **run.data.metrics,
                 }
@@ -102,6 +149,7 @@ def collect_runs(
         "status",
         "health",
         "setting",
+        "variant_options",
         "budget_reference",
     ]
     runs_df = pd.DataFrame(rows, columns=None if rows else base)
@@ -118,7 +166,7 @@ def setting_of(params: dict[str, str]) -> str:
     from before label noise existed. A budget that is another run's cost (``run:ID[:s][*f]``) is
     one setting whatever the run: each seed's run names its own reference
     (``budget_reference``), which pairs it."""
-    given = dict(params)
+    given = {**RECIPE_DEFAULTS, **params}
     if _canonical(given.get("label_noise", "0")) == "0":
         given.update(CLEAN_DATA)
     values = {key: _canonical(given.get(key, "")) for key in COMPARABILITY_KEYS}
@@ -127,6 +175,11 @@ def setting_of(params: dict[str, str]) -> str:
         values["budget"] = values["budget"].replace(reference, "RUN", 1)
         values["budget_resolved"] = ""
     return json.dumps(values)
+
+
+def variant_options(params: dict[str, str]) -> str:
+    """The run's ``VARIANT_KEYS`` params as canonical JSON (only those it logged)."""
+    return json.dumps({key: _canonical(params[key]) for key in VARIANT_KEYS if key in params}, sort_keys=True)
 
 
 CLEAN_DATA = {"label_noise": "0", "noise_kind": "symmetric", "noise_seed": "0"}

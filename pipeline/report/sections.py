@@ -17,7 +17,15 @@ from pipeline.report.groups import TARGET_FRACTION, Group
 from pipeline.report.metrics import METRICS, NOISE_METRICS, TIERS, TIME_TO_TARGET, fmt
 from pipeline.report.paths import ReportPaths
 from pipeline.report.runs import COMPARABILITY_KEYS
-from pipeline.report.wording import comparison_bullets, conclusion, health_lines, interval, p_cell, verdict
+from pipeline.report.wording import (
+    comparison_bullets,
+    conclusion,
+    duplicate_lines,
+    health_lines,
+    interval,
+    p_cell,
+    verdict,
+)
 from pipeline.stats import summary
 
 TITLE = "Growing CNN: comparison report"
@@ -85,7 +93,7 @@ def _figure(paths: ReportPaths, name: str) -> list[Block]:
 
 def _conclusion(comp: pd.DataFrame, groups: list[Group], ordering: Sequence[dict]) -> list[Block]:
     caveats = {g.label: g.health_caveat() for g in groups if g.health_caveat()}
-    said = health_lines(groups) + conclusion(comp, ordering, caveats)
+    said = health_lines(groups) + duplicate_lines(groups) + conclusion(comp, ordering, caveats)
     unfinished = [
         r for g in groups for _, r in g.runs.iterrows() if r.get("status", "FINISHED") != "FINISHED"
     ]
@@ -210,14 +218,14 @@ def _settings(groups: list[Group]) -> list[Block]:
     by_setting: dict[str, list[str]] = {}
     for g in groups:
         by_setting.setdefault(g.setting, []).append(g.label)
-    rows = [
-        [", ".join(labels), *[json.loads(key).get(k, "") or "-" for k in COMPARABILITY_KEYS]]
-        for key, labels in by_setting.items()
-    ]
+    # One column per setting, one row per parameter: the recipe makes the list too long to read
+    # across.
+    values = [json.loads(key) for key in by_setting]
+    rows = [[k, *[v.get(k, "") or "-" for v in values]] for k in COMPARABILITY_KEYS]
     return [
         ("h", 2, "Settings"),
         ("p", "Runs are compared only within a setting: equal values of every parameter below."),
-        ("table", ["variants", *COMPARABILITY_KEYS], rows),
+        ("table", ["parameter", *[", ".join(labels) for labels in by_setting.values()]], rows),
     ]
 
 

@@ -36,6 +36,23 @@ def health_lines(groups: Sequence[Group]) -> list[str]:
     ]
 
 
+def duplicate_lines(groups: Sequence[Group]) -> list[str]:
+    """A caution for each group holding several runs of one seed in one configuration: they
+    are averaged into that seed's value, which the reader must be told (they may be reruns, or
+    runs that differ in an option the report does not know)."""
+    lines = []
+    for g in groups:
+        counts = g.runs.groupby("unit")["run_id"].apply(list)
+        repeated = {unit: ids for unit, ids in counts.items() if len(ids) > 1}
+        if repeated:
+            said = "; ".join(f"{unit}: {', '.join(ids)}" for unit, ids in repeated.items())
+            lines.append(
+                f"Caution: {g.label} has several runs of one seed ({said}); each seed's runs are "
+                "averaged into one value, so n counts seeds, not runs."
+            )
+    return lines
+
+
 def _noun(seeds: int) -> str:
     return "seed" if seeds == 1 else "seeds"
 

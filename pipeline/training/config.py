@@ -34,7 +34,9 @@ class TrainConfig:
     device: str = opt("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
     deterministic: bool = opt(False, "deterministic kernels: bit-identical reruns, somewhat slower")
     augment: str = opt(
-        "none", "batch augmentation: none, or flip, shift and random erasing joined by +, e.g. flip+erase"
+        "none",
+        "batch augmentation: none, or flip, crop (pad 4 and crop back), shift and random erasing "
+        "joined by +, e.g. flip+crop (CIFAR's standard) or flip+erase",
     )
     label_smoothing: float = opt(0.0, "label smoothing of the training loss (0: none)")
     mixup: float = opt(
