@@ -76,23 +76,12 @@ from pipeline.stats import paired_test, summary
 from pipeline.training.config import TrainConfig
 from scripts.bench_dynamic import REPORT_SEEDS, TUNING_SEEDS, machine, scores_with_cost, warm_up
 from scripts.bench_frontier_figure import plot
-from scripts.bench_frontier_findings import print_findings
+from scripts.bench_frontier_findings import health_counts, print_findings
 from scripts.bench_frontier_tiers import by_tier, test_by_tier
 from scripts.bench_levers import LEVERS, grown_into
 
 REFERENCE_EPOCHS = 12
 SUMMARISED = ("test_acc", "train_s", "flops", "epochs")
-
-
-def health_counts(runs: list[dict]) -> dict[str, dict[str, int]]:
-    """Per arm and budget, how many runs ended with each health verdict (collapsed, dipped, ok;
-    runs trained before verdicts existed count as "unjudged"): said before any mean."""
-    counts: dict[str, dict[str, int]] = {}
-    for r in runs:
-        cell = counts.setdefault(f"{r['arm']}@{r['fraction']:g}", {})
-        verdict = r.get("health") or "unjudged"
-        cell[verdict] = cell.get(verdict, 0) + 1
-    return counts
 
 
 def run_one(call) -> dict:
@@ -129,10 +118,8 @@ def reused_runs(
         same_data = (earlier["subset"], earlier.get("dataset", "fashion-mnist")) == (subset, dataset)
         if not same_data or not (name == lever or (same_recipe and same_static)):
             raise click.UsageError(
-                f"--reuse {path}: lever {name}, subset {earlier['subset']}, dataset "
-                f"{earlier.get('dataset', 'fashion-mnist')}; this run has lever {lever}, subset "
-                f"{subset}, dataset {dataset} (another lever's static runs need the same recipe "
-                "and static network)"
+                f"--reuse {path}: lever {name}, subset {earlier['subset']}, {earlier.get('dataset', '')}; "
+                f"this run: {lever}, {subset}, {dataset} (other levers' statics: same recipe, network)"
             )
         for r in earlier["runs"]:
             if name != lever and r["arm"] != "static":
@@ -194,10 +181,7 @@ def first_match(times: list[float], accs: list[float], target: float) -> float:
     help=f"options of both arms (recipe) and of the dynamic one, from bench_levers: {', '.join(LEVERS)}",
 )
 @click.option(
-    "--dataset",
-    default="fashion-mnist",
-    show_default=True,
-    help="fashion-mnist, or folder:PATH (a folder or archive, e.g. CIFAR-10's)",
+    "--dataset", default="fashion-mnist", show_default=True, help="or folder:PATH (folder, archive)"
 )
 @click.option("--subset", default=0, show_default=True, help="0: the whole dataset")
 @click.option("--data-dir", default="", help="where the dataset files are")

@@ -7,6 +7,17 @@ import math
 from scripts.bench_frontier_tiers import print_tiers
 
 
+def health_counts(runs: list[dict]) -> dict[str, dict[str, int]]:
+    """Per arm and budget, how many runs ended with each health verdict (collapsed, dipped, ok;
+    runs trained before verdicts existed count as "unjudged"): said before any mean."""
+    counts: dict[str, dict[str, int]] = {}
+    for r in runs:
+        cell = counts.setdefault(f"{r['arm']}@{r['fraction']:g}", {})
+        verdict = r.get("health") or "unjudged"
+        cell[verdict] = cell.get(verdict, 0) + 1
+    return counts
+
+
 def print_findings(result: dict) -> None:
     """One line per finding; the JSON holds each one's full statistics. Health first: a mean
     over a collapsed run's seed is no result."""
