@@ -201,6 +201,8 @@ def parse_schedule(text: str, epochs: int | None = None) -> list[GrowthEvent]:
         data = json.loads(raw)
     except json.JSONDecodeError as err:
         raise GrowthError(f"{source} is not valid JSON: {err.msg} at line {err.lineno}") from None
+    except RecursionError:  # json recurses per nesting level: a bracket bomb is bad input, not a bug
+        raise GrowthError(f"{source} is nested too deeply to be read") from None
     if not isinstance(data, list):
         raise GrowthError(f"{source} must be a list of growth events")
     events = [GrowthEvent.from_dict(item) for item in data]

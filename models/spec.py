@@ -391,6 +391,8 @@ def resolve_spec(text: str, input_shape: tuple[int, int, int], num_classes: int)
         data = json.loads(raw)
     except json.JSONDecodeError as err:
         raise SpecError(f"{source} is not valid JSON: {err.msg} at line {err.lineno}") from None
+    except RecursionError:  # json recurses per nesting level: a bracket bomb is bad input, not a bug
+        raise SpecError(f"{source} is nested too deeply to be read") from None
     if isinstance(data, list):
         data = {"layers": data}
     if not isinstance(data, dict) or not isinstance(data.get("layers"), list):

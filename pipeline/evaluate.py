@@ -249,6 +249,10 @@ def select_runs(cfg: EvaluateConfig) -> list[str]:
                 raise UpstreamError(f"--runs: run {run_id} is a {kind or 'untagged'} run, not a training run")
             if run.info.status != "FINISHED":
                 raise UpstreamError(f"--runs: run {run_id} is {run.info.status}, not FINISHED")
+            if run.info.lifecycle_stage == "deleted":  # evaluating it would write into a deleted run
+                raise UpstreamError(
+                    f"--runs: run {run_id} is deleted; restore it (mlflow runs restore) first"
+                )
         return ids
     filters = ["attributes.status = 'FINISHED'"]
     if cfg.tag_filter.strip():

@@ -273,8 +273,9 @@ def with_exits(spec: ArchSpec, text: str, epochs: int, events=None) -> ArchSpec:
         if text.startswith(("[", "{")):
             try:
                 data = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise ExitError(f"--exits JSON: {err.msg} at column {err.colno}") from None
+            except (json.JSONDecodeError, RecursionError) as err:  # a bracket bomb recurses too deep
+                bad = f"{err.msg} at column {err.colno}" if isinstance(err, ValueError) else "too deep"
+                raise ExitError(f"--exits JSON: {bad}") from None
             return validate(spec.with_exits(data if isinstance(data, list) else [data]))
         return validate(
             spec.with_exits([_exit_after(spec, lid, i + 1) for i, lid in enumerate(text.split(","))])

@@ -142,6 +142,8 @@ def check_resumable(
         raise UpstreamError(f"--resume {run_id} is a {kind or 'untagged'} run, not {entry_point}")
     if run.info.status == "FINISHED":
         raise UpstreamError(f"--resume {run_id} already FINISHED; there is nothing to continue")
+    if run.info.lifecycle_stage == "deleted":
+        raise UpstreamError(f"--resume {run_id} is deleted; restore it (mlflow runs restore) to continue it")
     if run.info.status == "RUNNING" and owned_elsewhere(run.data.tags):
         raise UpstreamError(
             f"--resume {run_id} is RUNNING in process {run.data.tags.get(PID_TAG)} on "

@@ -191,6 +191,18 @@ CASES = [
     Case("equal-flops neither true nor false", "main", ("--equal-flops", "maybe"), "--equal-flops 'maybe'"),
     Case("fp16 inference on CPU", "evaluate", ("--precision", "fp16"), "--precision fp16 runs only on CUDA"),
     Case("zero learning rate in tune", "tune", (*TINY, "--lr", "0"), "--lr must be positive"),
+    # issue 34, item 3: late or misleading failures
+    Case("weight decay NaN", STATIC, (*SCORED, "--weight-decay", "nan"), "--weight-decay must be a finite"),
+    Case("an over-deep JSON spec", STATIC, (*SCORED, "--spec", "{deep_json}"), "nested too deeply"),
+    Case("an over-deep JSON schedule", DYNAMIC, (*SCORED, "--schedule", "{deep_json}"), "nested too deeply"),
+    Case(
+        "a folder of one image per class",
+        STATIC,
+        ("--dataset", "folder:{one_per_class}"),
+        "too few for a training and a validation split",
+    ),
+    Case("deleted scores run", STATIC, (*TINY, "--scores-run", "{deleted_scores}"), "is deleted; restore it"),
+    Case("deleted run to evaluate", "evaluate", ("--runs", "{deleted_static}"), "is deleted; restore it"),
     Case("unknown pruner", "tune", (*TINY, "--pruner", "sometimes"), "--pruner 'sometimes'"),
     Case("unknown preset", "main", ("--preset", "huge"), "--preset 'huge'"),
     Case("unknown augmentation in main", "main", ("--augment", "blur"), "--augment 'blur'"),
@@ -412,6 +424,14 @@ def world(tmp_path_factory):
                 {"id": "p1", "type": "pool", "size": 28},
             ]
         )
+        places["deep_json"] = "[" * 100_000 + "]" * 100_000  # beyond json's recursion limit
+        for name in ("a", "b"):
+            _write_png(root / "one-per-class" / name / "0.png", 100)
+        places["one_per_class"] = str(root / "one-per-class")
+        places["deleted_scores"] = _copy_run(client, places["scores"], "FINISHED")
+        client.delete_run(places["deleted_scores"])
+        places["deleted_static"] = _copy_run(client, places["static"], "FINISHED")
+        client.delete_run(places["deleted_static"])
         places["five_pools"] = json.dumps(
             {"layers": [{"id": f"pool{i}", "type": "pool"} for i in range(1, 6)]}
         )

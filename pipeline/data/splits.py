@@ -34,6 +34,11 @@ def make_splits(raw: RawData, cfg: DataConfig, include_test: bool) -> Data:
     """The fixed train/validation split of the source's training set, and optionally its test set."""
     check_noise(cfg, classes=raw.classes)
     n_train = len(raw.train_y)
+    if n_train < 2:  # e.g. a folder with one image per class and a held-out test share
+        raise DataError(
+            f"the dataset's training split holds {n_train} image(s): too few for a training and a "
+            "validation split; add images"
+        )
     if not 0 < cfg.val_size < n_train:
         raise DataError(f"--val-size {cfg.val_size} must be between 1 and {n_train - 1}")
     if cfg.subset < 0:

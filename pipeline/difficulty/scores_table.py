@@ -178,6 +178,10 @@ def load_scores(ref: str, data: Data) -> ScoresTable:
         raise UpstreamError(f"run {run_id} is a {kind or 'untagged'} run, not {PRODUCER}")
     if run.info.status != "FINISHED":
         raise UpstreamError(f"scores run {run_id} is {run.info.status}; use a FINISHED {PRODUCER} run")
+    if run.info.lifecycle_stage == "deleted":  # still readable until garbage-collected: refuse it
+        raise UpstreamError(
+            f"scores run {run_id} is deleted; restore it (mlflow runs restore) or score again"
+        )
     _check_digest(run_id, run.data.params.get("data_digest"), data)
     key = (mlflow.get_tracking_uri(), run_id, artifact)
     if key not in _READ:

@@ -92,12 +92,12 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{option_name(name)} must be positive, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise ConfigError(f"--lr must be positive, got {self.lr}")
+        if not 0 < self.lr < math.inf:
+            raise ConfigError(f"--lr must be positive and finite, got {self.lr}")
         if not 0 <= self.momentum < 1:
             raise ConfigError(f"--momentum must be in [0, 1), got {self.momentum}")
-        if self.weight_decay < 0:
-            raise ConfigError(f"--weight-decay must be non-negative, got {self.weight_decay}")
+        if not 0 <= self.weight_decay < math.inf:  # nan and inf too: they poison every weight
+            raise ConfigError(f"--weight-decay must be a finite non-negative number, got {self.weight_decay}")
         if not 0 <= self.label_smoothing < 1:
             raise ConfigError(f"--label-smoothing must be a fraction in [0, 1), got {self.label_smoothing}")
         if not 0 <= self.mixup < math.inf:
@@ -106,7 +106,7 @@ class TrainConfig:
             raise ConfigError(f"--ema-decay must be a fraction in [0, 1), got {self.ema_decay}")
         if not 0 <= self.growth_rewarm < 1:
             raise ConfigError(f"--growth-rewarm must be a fraction in [0, 1), got {self.growth_rewarm}")
-        if not self.growth_lr_scale > 0:
+        if not 0 < self.growth_lr_scale < math.inf:
             raise ConfigError(f"--growth-lr-scale must be positive, got {self.growth_lr_scale}")
         if not 0 <= self.clip_grad < math.inf:
             raise ConfigError(f"--clip-grad must be a non-negative norm (0: none), got {self.clip_grad}")
