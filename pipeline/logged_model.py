@@ -8,9 +8,10 @@ signature says what it takes: uint8 images (N, C, H, W); what it returns: class 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import mlflow
@@ -27,8 +28,38 @@ REPO = Path(__file__).resolve().parents[1]
 MODEL_ID_TAG = "logged_model_id"  # on a training run: its MLflow Model (models:/<id>)
 CHAMPION = "champion"
 # What serving needs, pinned to what trained the model; listed rather than inferred, which
-# would import the model in a subprocess at every log.
-REQUIREMENTS = ("mlflow", "torch", "numpy", "safetensors")
+# would import the model in a subprocess at every log. Each entry names the distributions that
+# provide it, in order of preference: MLflow also ships as mlflow-skinny (a small image's).
+REQUIREMENTS = (("mlflow", "mlflow-skinny"), ("torch",), ("numpy",), ("safetensors",))
+
+
+class ServingRequirementError(RuntimeError):
+    """An installed package the logged model must pin cannot be found; raised before training."""
+
+
+@functools.cache
+def serving_requirements() -> tuple[str, ...]:
+    """The logged model's pip pins, from the installed distributions. Called before a run trains
+    (``session.train_and_log``), so a missing one fails then, not after the last epoch."""
+    return installed_pins(REQUIREMENTS)
+
+
+def installed_pins(requirements: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:
+    """``name==version`` of the first installed distribution of each requirement's names."""
+    pins = []
+    for names in requirements:
+        for name in names:
+            try:
+                pins.append(f"{name}=={version(name)}")
+                break
+            except PackageNotFoundError:
+                continue
+        else:
+            raise ServingRequirementError(
+                f"none of {', '.join(names)} is installed as a distribution, so the run's model "
+                "could not name what serving it needs; install it with pip"
+            )
+    return tuple(pins)
 
 
 def raw_images(data: Data, x: torch.Tensor) -> np.ndarray:
@@ -82,7 +113,7 @@ def _log(model_name: str, weights: Path, preprocess: Path, data: Data):
         code_paths=[str(REPO / "models")],
         signature=signature(data),
         input_example=raw_images(data, data.val.x[:2]),
-        pip_requirements=[f"{package}=={version(package)}" for package in REQUIREMENTS],
+        pip_requirements=list(serving_requirements()),
         metadata={"classes": list(data.classes), "dataset": data.name},
     )
 

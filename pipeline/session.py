@@ -32,7 +32,7 @@ from pipeline.curriculum.diet import curriculum_pruning
 from pipeline.data.dataset import Data
 from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.exits import ExitConfig
-from pipeline.logged_model import log_classifier
+from pipeline.logged_model import log_classifier, serving_requirements
 from pipeline.loop import DivergenceError, pick_device, seed_everything
 from pipeline.run_outcome import log_budget, log_health
 from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
@@ -285,6 +285,7 @@ def train_and_log(
     before it is saved."""
     device = pick_device(cfg.device)
     check_network_sizes(spec, plan, cfg.batch_size, limits or RunConfig(), device)
+    serving_requirements()  # what logging the model needs at the end, checked before training
     seed_everything(cfg.seed, cfg.deterministic)
     mlflow.set_tag("device", str(device))
     with scratch_dir() as tmp:

@@ -129,3 +129,16 @@ def test_the_champion_served_over_http_predicts_as_in_process(tracking, small_da
         server.wait(timeout=30)
     np.testing.assert_allclose(served, in_process, atol=1e-6)
     assert (served.argmax(1) == in_process.argmax(1)).all()
+
+
+def test_serving_pins_take_whichever_mlflow_distribution_is_installed():
+    """mlflow-skinny is a supported MLflow: the pins name the distribution that is there, and a
+    requirement none of whose distributions is installed fails before training, in one line."""
+    from importlib.metadata import version
+
+    from pipeline.logged_model import ServingRequirementError, installed_pins, serving_requirements
+
+    assert installed_pins((("no-such-distribution", "pytest"),)) == (f"pytest=={version('pytest')}",)
+    with pytest.raises(ServingRequirementError, match="none of no-such-a, no-such-b is installed"):
+        installed_pins((("no-such-a", "no-such-b"),))
+    assert serving_requirements()[0].startswith(("mlflow==", "mlflow-skinny=="))

@@ -38,6 +38,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from models.spec import SpecError
     from pipeline.curriculum.checks import CurriculumError
     from pipeline.data.config import DataError
+    from pipeline.logged_model import ServingRequirementError
     from pipeline.loop import DeviceError, DivergenceError
     from pipeline.precision import PrecisionError
     from pipeline.pruning import PruningError
@@ -56,6 +57,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         DivergenceError,
         DeviceError,
         PrecisionError,
+        ServingRequirementError,  # a package the logged model must pin is not installed
         UpstreamError,
     )
 
