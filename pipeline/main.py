@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import click
 
+from models.schedule import GrowthError, named_schedule
 from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.codec import flat_params
 from pipeline.data.config import DataConfig
@@ -103,6 +104,11 @@ def resolve_preset(cfg: MainConfig) -> Preset:
     )
     for rate in preset.label_noise:  # every level's noise is refused before any step runs
         check_noise(noise_config(cfg, preset, rate))
+    for schedule in preset.schedules:  # and every growing step's schedule, before scoring runs
+        try:
+            named_schedule(schedule, preset.epochs)
+        except GrowthError as err:
+            raise UpstreamError(f"--epochs {preset.epochs}: {err}") from None
     # A budget below one static epoch would leave the grown network too few epochs to grow in.
     too_small = [f for f in preset.budget_fractions if f * preset.epochs < 1]
     if too_small:

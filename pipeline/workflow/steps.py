@@ -12,7 +12,7 @@ import click
 import mlflow
 
 from pipeline.codec import default_params, flat_params, same_param
-from pipeline.tracking.errors import Terminated, UpstreamError
+from pipeline.tracking.errors import FAILURE_TAG, Terminated, UpstreamError, one_line
 from pipeline.tracking.params import shown_param
 from pipeline.tracking.runs import code_version, unique_run_name, wait_closed
 
@@ -80,15 +80,20 @@ class StepRunner:
                     "mlflow.source.name": str(REPO),
                 },
             )
-            submitted = mlflow.projects.run(
-                str(REPO),
-                entry_point=entry_point,
-                parameters=params,
-                env_manager=self.env_manager,
-                experiment_id=self.experiment_id,
-                synchronous=False,
-                run_id=step_run.info.run_id,
-            )
+            try:
+                submitted = mlflow.projects.run(
+                    str(REPO),
+                    entry_point=entry_point,
+                    parameters=params,
+                    env_manager=self.env_manager,
+                    experiment_id=self.experiment_id,
+                    synchronous=False,
+                    run_id=step_run.info.run_id,
+                )
+            except Exception as err:  # the step never started: its run must not stay RUNNING
+                reason = f"step {entry_point} could not be launched: {one_line(err)}"
+                _close(step_run.info.run_id, reason)
+                raise UpstreamError(f"{reason} (is MLflow's `mlflow` command on PATH?)") from None
             try:
                 succeeded = submitted.wait()
             except (KeyboardInterrupt, Terminated):
@@ -100,6 +105,11 @@ class StepRunner:
                 wait_closed(submitted.run_id)
                 raise
             if not succeeded:
+                # A step that died before closing its own run (killed, out of memory) leaves it RUNNING.
+                _close(
+                    submitted.run_id,
+                    f"step {entry_point}'s process exited without closing its run or saying why",
+                )
                 raise UpstreamError(
                     f"step {entry_point} (run {submitted.run_id}) failed: "
                     "see that run's failure_reason tag and log"
@@ -115,3 +125,14 @@ class StepRunner:
             }
         )
         return run_id
+
+
+def _close(run_id: str, reason: str) -> None:
+    """A failed step's run ends FAILED and says why: ``reason`` where its own process (dead
+    before it could) recorded none."""
+    client = mlflow.MlflowClient()
+    run = client.get_run(run_id)
+    if FAILURE_TAG not in run.data.tags:
+        client.set_tag(run_id, FAILURE_TAG, reason)
+    if run.info.status == "RUNNING":
+        client.set_terminated(run_id, "FAILED")
