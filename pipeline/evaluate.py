@@ -391,7 +391,6 @@ def run(cfg: EvaluateConfig) -> str:
         with scratch_dir() as tmp:
             for i, run_id in enumerate(run_ids):
                 metrics = evaluate_run(run_id, cfg, data_cache, tmp)
-                mlflow.MlflowClient().set_tag(run_id, "evaluated_by", active.info.run_id)
                 click.echo(f"[{i + 1}/{len(run_ids)}] {run_id}: test/acc {metrics['test/acc']:.4f}", err=True)
             runs_df, histories, events = report.collect_runs(run_ids)
             curves = {
@@ -409,6 +408,9 @@ def run(cfg: EvaluateConfig) -> str:
                 mlflow.log_artifact(str(path), "report")
             runs_df.to_csv(tmp / "runs.csv", index=False)
             mlflow.log_artifact(str(tmp / "runs.csv"), "report")
+        # Only once the report is logged: an interrupted evaluate leaves no tag pointing at it.
+        for run_id in run_ids:
+            mlflow.MlflowClient().set_tag(run_id, "evaluated_by", active.info.run_id)
         return active.info.run_id
 
 

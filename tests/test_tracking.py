@@ -81,3 +81,20 @@ def test_a_bug_keeps_its_traceback_and_does_not_read_as_bad_input(tracking):
         run = mlflow.get_run(crashed.stdout.split()[0])
         assert run.info.status == "FAILED"
         assert run.data.tags[FAILURE_TAG].startswith(f"{kind}: ")
+
+
+def test_an_interrupted_step_says_how_to_continue_with_the_options_it_has():
+    """Only the training steps have --resume (issue 34, item 3): score_difficulty and evaluate
+    say to run again, and the id is the run's, never a placeholder."""
+    import click
+
+    from pipeline import evaluate, score_difficulty, train_static
+    from pipeline.tracking.guard import _how_to_continue
+
+    for command in (score_difficulty.main, evaluate.main):
+        with click.Context(command):
+            said = _how_to_continue("a" * 32)
+        assert said.endswith("run the step again (it has no --resume)") and "RUN_ID" not in said
+    with click.Context(train_static.main):
+        said = _how_to_continue("a" * 32)
+    assert said.endswith(f"resume it with --resume {said.split()[1]}")

@@ -123,9 +123,12 @@ def test_interrupted_run_resumes_to_exactly_the_uninterrupted_metrics(tracking, 
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode != 0, "the run finished before it could be interrupted"
-    assert "interrupted" in stderr
     cut = next(r for r in _runs("train_dynamic") if r.info.run_name == "cut")
     assert cut.info.status == "KILLED"
+    assert (
+        f"interrupted: run {cut.info.run_id} is marked KILLED; resume it with --resume {cut.info.run_id}"
+        in stderr
+    )
 
     resumed = _python(tracking, "pipeline.train_dynamic", *args, "--resume", cut.info.run_id)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

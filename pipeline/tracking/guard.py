@@ -71,7 +71,7 @@ def main_guard(fn):
         except (KeyboardInterrupt, Terminated) as err:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             _fail_outer_run(err, outer_run_id, "KILLED")  # interrupted before its run was open
-            click.echo("interrupted: the run is marked KILLED; resume it with --resume RUN_ID", err=True)
+            click.echo(f"interrupted: {_how_to_continue(outer_run_id)}", err=True)
             sys.exit(130)
         except Exception as err:  # a bug: the run says which exception, the traceback stays
             _fail_outer_run(err, outer_run_id)
@@ -80,6 +80,21 @@ def main_guard(fn):
             signal.signal(signal.SIGTERM, previous)
 
     return wrapper
+
+
+def _how_to_continue(outer_run_id: str) -> str:
+    """What an interrupted step's user can do next: --resume with the run's id where the command
+    has that option (training), else run it again."""
+    last = mlflow.last_active_run()
+    run_id = last.info.run_id if last is not None else outer_run_id
+    ctx = click.get_current_context(silent=True)
+    command = ctx.command if ctx is not None else None
+    killed = f"run {run_id} is marked KILLED" if run_id else "the run is marked KILLED"
+    if command is not None and any(param.name == "resume" for param in command.params) and run_id:
+        return f"{killed}; resume it with --resume {run_id}"
+    if command is not None and command.name == "main":
+        return f"{killed}; run main again: the steps that finished are reused"
+    return f"{killed}; run the step again (it has no --resume)"
 
 
 def _fail_outer_run(err: BaseException, run_id: str, status: str = "FAILED") -> None:
