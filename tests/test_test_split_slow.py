@@ -36,3 +36,34 @@ def test_training_and_tuning_never_load_the_test_split(tracking, monkeypatch):
     assert {"score_difficulty", "train_static", "train_dynamic", "tune"} <= kinds
     tune_run = next(r for r in runs if r.data.tags.get("tune_role") == "study")
     assert tune_run.data.params["pacings_searched"] != "none"  # tune read the scores table too
+
+
+def test_evaluate_scores_the_test_split_and_cuts_its_tiers_there(tracking, tmp_path):
+    """Planted bug: evaluate scoring validation and reporting it as test (issue 34, item 4).
+    Under 40% label noise the validation labels are noisy and the test labels are not, so the
+    two accuracies part by far more than noise: test/acc must be the model's accuracy on the
+    test split recomputed here, and each tier's the accuracy on that tier's test examples."""
+    from models.io import load_model
+    from pipeline import evaluate
+    from pipeline.difficulty.scores_table import load_scores
+    from pipeline.loop import evaluate_split
+
+    noisy = [*DATA, "--label-noise", "0.4"]
+    _ok(score_difficulty.main, [*noisy, "--folds", "2", "--epochs", "1", "--scorers", "loss"])
+    _ok(train_static.main, [*noisy, "--epochs", "3", "--progress", "false", "--spec", "tiny"])
+    (run,) = mlflow.search_runs(filter_string="tags.entry_point = 'train_static'", output_format="list")
+    _ok(evaluate.main, ["--runs", run.info.run_id])
+    logged = mlflow.get_run(run.info.run_id).data.metrics
+    path = mlflow.artifacts.download_artifacts(
+        run_id=run.info.run_id, artifact_path="model/model.safetensors", dst_path=str(tmp_path)
+    )
+    model = load_model(path)
+    data = load_data(DataConfig(subset=300, label_noise=0.4), include_test=True)
+    test, val = evaluate_split(model, data.test), evaluate_split(model, data.val)
+    assert logged["test/acc"] == pytest.approx(test.acc, abs=1e-6)
+    assert abs(test.acc - val.acc) > 0.1  # what scoring validation would have reported instead
+    tiers = load_scores(run.data.tags["scores_run_id"], data).tiers_for(data.test, "test")
+    for t, name in enumerate(("easy", "medium", "hard")):
+        assert logged[f"test/acc_{name}"] == pytest.approx(
+            float(test.correct[tiers == t].float().mean()), abs=1e-6
+        )
