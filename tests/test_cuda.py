@@ -1,0 +1,55 @@
+"""The CUDA path (issue 34, item 5): a short train_static, a train_dynamic that grows at bf16 and
+evaluate, on the GPU, when one is present; skipped otherwise. Run them with `-m cuda`."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+import torch
+from click.testing import CliRunner
+
+from pipeline import evaluate, train_dynamic, train_static
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+]
+
+DATA = ["--subset", "1000", "--val-size", "200", "--scores-run", "none", "--progress", "false"]
+
+
+def _ok(command, args: list[str]) -> str:
+    result = CliRunner().invoke(command, args)
+    assert result.exit_code == 0, result.output[-3000:]
+    return mlflow.last_active_run().info.run_id
+
+
+def test_static_dynamic_and_evaluate_run_on_the_gpu(tracking):
+    static = _ok(train_static.main, [*DATA, "--spec", "tiny", "--epochs", "2", "--device", "cuda"])
+    dynamic = _ok(
+        train_dynamic.main,
+        [
+            *DATA,
+            "--epochs",
+            "4",
+            "--device",
+            "cuda",
+            "--precision",
+            "bf16",
+            "--pacing",
+            "none",
+            "--prune",
+            "0",
+        ],
+    )
+    for run_id, precision in ((static, None), (dynamic, "bf16")):
+        run = mlflow.get_run(run_id)
+        assert run.data.tags["device"].startswith("cuda")
+        assert run.data.tags["health"] in ("ok", "dipped")
+        if precision:
+            assert run.data.tags["precision_resolved"] == precision
+    trace = mlflow.artifacts.load_dict(f"runs:/{dynamic}/architecture_trace.json")
+    assert trace["events"], "the dynamic run grew on the GPU"
+    _ok(evaluate.main, ["--runs", f"{static},{dynamic}", "--device", "cuda"])
+    for run_id in (static, dynamic):
+        assert 0.1 < mlflow.get_run(run_id).data.metrics["test/acc"] <= 1.0
