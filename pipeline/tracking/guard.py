@@ -85,7 +85,10 @@ def main_guard(fn):
 def _how_to_continue(outer_run_id: str) -> str:
     """What an interrupted step's user can do next: --resume with the run's id where the command
     has that option (training), else run it again."""
-    last = mlflow.last_active_run()
+    try:
+        last = mlflow.last_active_run()
+    except mlflow.exceptions.MlflowException:  # the store cannot be read: fall back on the outer id
+        last = None
     run_id = last.info.run_id if last is not None else outer_run_id
     ctx = click.get_current_context(silent=True)
     command = ctx.command if ctx is not None else None
