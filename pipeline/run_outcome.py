@@ -12,10 +12,11 @@ from pipeline.training.config import TrainConfig
 from pipeline.training.state import FitState
 
 
-def log_health(state: FitState, data: Data, cfg: TrainConfig) -> None:
+def log_health(state: FitState, data: Data, cfg: TrainConfig) -> health.Health:
     """The run's health verdict (tags ``health``, ``health_detail``; ``health/...`` metrics),
     each growth event's dip (``growth/dip`` at the event's epoch) and why it stopped (tag
-    ``stop_reason``). A collapsed run says so in one line: it ends FINISHED, as a result."""
+    ``stop_reason``). A collapsed run says so in one line: it ends FINISHED, as a result.
+    Returns the verdict."""
     verdict = health.assess(state.history, state.trace.events, health.top_share(data.val.y), cfg.dip_margin)
     mlflow.set_tags({**verdict.tags(), "stop_reason": state.stop_reason or "epochs"})
     mlflow.log_metrics(verdict.metrics())
@@ -24,6 +25,7 @@ def log_health(state: FitState, data: Data, cfg: TrainConfig) -> None:
     if verdict.verdict == "collapsed":
         ended = "stopped early" if state.stop_reason == "collapsed" else "ended"
         click.echo(f"health: this run {ended} collapsed ({verdict.describe()})", err=True)
+    return verdict
 
 
 def log_budget(length, state: FitState) -> None:

@@ -327,13 +327,15 @@ def train_and_log(
             mlflow.set_tags({"health": "diverged", "health_detail": f"diverged: {err}"})
             raise
         total_s = time.perf_counter() - start
-        log_health(state, data, cfg)
+        verdict = log_health(state, data, cfg)
         if state.model.spec.exits:
             set_exit_thresholds(
                 state.model, on_device.val, exit_cfg or ExitConfig(), cfg.eval_batch_size, val_tiers
             )
         run_name = current_run_name()
-        log_final_artifacts(state, plan, tmp, title=run_title(run_name))
+        # the figure says what health says: a dip or a collapse is seen, not only tagged
+        health_line = "" if verdict.verdict == "ok" else f"\nhealth {verdict.describe()}"
+        log_final_artifacts(state, plan, tmp, title=run_title(run_name) + health_line)
         model_id = log_classifier(state.model, data, run_name, tmp)
     # Linked to the logged model too: the UI's Models tab shows them beside it.
     mlflow.log_metrics(

@@ -45,7 +45,7 @@ def test_a_drop_at_growth_that_recovers_is_a_dip_naming_the_growth():
     assert health.verdict == "dipped"
     assert health.worst.epoch == 3 and health.worst.size == pytest.approx(0.30)
     assert health.worst.recovered
-    assert "growth (conv2, res1)" in health.describe()
+    assert "in epoch 4 (after growth (conv2, res1)" in health.describe()
     assert health.growth_dips[3] == pytest.approx(-0.30)
 
 
@@ -100,7 +100,7 @@ def test_a_collapsed_train_static_run_ends_finished_and_tagged(tracking):
     assert run.info.status == "FINISHED"
     assert run.data.tags["stop_reason"] == "collapsed"
     assert run.data.tags["health"] == "collapsed"
-    assert "at chance from epoch 1" in run.data.tags["health_detail"]
+    assert "at chance from epoch 2" in run.data.tags["health_detail"]  # counted from 1
     assert run.data.metrics["health/collapsed"] == 1.0
 
 

@@ -38,10 +38,10 @@ CONSTANT_SHARE = 0.99
 class Drop:
     """Validation accuracy falling from one epoch's end to the next one's."""
 
-    epoch: int  # the epoch after which accuracy is lower
+    epoch: int  # the (0-based) epoch at whose end accuracy is lower
     before: float
     after: float
-    cause: str  # what changed at the start of ``epoch``: growth, curriculum stage, or "no event"
+    cause: str  # what changed at the start of ``epoch``: "after growth (...)", ...
     recovered: bool  # a later epoch got back to ``before`` (within the dip margin)
 
     @property
@@ -50,9 +50,9 @@ class Drop:
 
     def describe(self) -> str:
         back = "recovered" if self.recovered else "not recovered"
+        # Epochs counted from 1, as the learning curves and the progress bar count them.
         return (
-            f"val/acc {self.before:.3f} -> {self.after:.3f} at epoch {self.epoch} "
-            f"(after {self.cause}; {back})"
+            f"val/acc {self.before:.3f} -> {self.after:.3f} in epoch {self.epoch + 1} ({self.cause}; {back})"
         )
 
 
@@ -66,7 +66,7 @@ class Health:
     def describe(self) -> str:
         """One line: the verdict and its evidence."""
         if self.verdict == "collapsed":
-            return f"collapsed: validation accuracy at chance from epoch {self.collapsed_at}" + (
+            return f"collapsed: validation accuracy at chance from epoch {self.collapsed_at + 1}" + (
                 f"; {self.worst.describe()}" if self.worst else ""
             )
         if self.verdict == "dipped":
@@ -178,7 +178,7 @@ def _cause(previous: dict, row: dict, events: list[dict]) -> str:
             causes.append("the easy tier's retirement")
         else:
             causes.append(f"curriculum stage {int(stage)}")
-    return " and ".join(causes) or "no growth or curriculum change"
+    return "after " + " and ".join(causes) if causes else "with no growth or curriculum change before it"
 
 
 def _event_layer(event: dict) -> str:
