@@ -40,24 +40,42 @@ def _conv_params(layer: dict, in_shape: Shape) -> int:
 
 
 @torch.no_grad()
-def _conv_identity(module: nn.Module, layer: dict, in_shape: Shape, nonneg_in: bool) -> bool:
-    weight, channels = module.conv.weight, in_shape[0]  # (out, in, k, k)
-    if not nonneg_in or weight.shape[0] < channels:  # the ReLU would clip a negative input
+def copy_input(conv: nn.Conv2d, channels: int, nonneg_in: bool) -> bool:
+    """Make the first ``channels`` outputs of ``conv`` copy its input (centre tap 1): what a conv
+    inserted by growth starts as (conv and convbn). False where the ReLU after it would clip a
+    negative input or it has fewer outputs than inputs."""
+    weight = conv.weight  # (out, in, k, k)
+    if not nonneg_in or weight.shape[0] < channels:
         return False
     centre = weight.shape[-1] // 2
     weight[:channels].zero_()
     weight[range(channels), range(channels), centre, centre] = 1.0
-    module.conv.bias[:channels].zero_()
+    return True
+
+
+@torch.no_grad()
+def widen_input(old: nn.Conv2d, new: nn.Conv2d, old_in: Shape, new_in: Shape) -> bool:
+    """``new`` reads the old channels with ``old``'s weights and the added ones with zeros."""
+    channels = kept_channels(old_in, new_in)
+    if channels is None:
+        return False
+    new.weight[:, :channels] = old.weight
+    new.weight[:, channels:] = 0.0
+    return True
+
+
+@torch.no_grad()
+def _conv_identity(module: nn.Module, layer: dict, in_shape: Shape, nonneg_in: bool) -> bool:
+    if not copy_input(module.conv, in_shape[0], nonneg_in):
+        return False
+    module.conv.bias[: in_shape[0]].zero_()
     return True
 
 
 @torch.no_grad()
 def _conv_widen(old: nn.Module, new: nn.Module, old_in: Shape, new_in: Shape) -> bool:
-    channels = kept_channels(old_in, new_in)
-    if channels is None:
+    if not widen_input(old.conv, new.conv, old_in, new_in):
         return False
-    new.conv.weight[:, :channels] = old.conv.weight
-    new.conv.weight[:, channels:] = 0.0
     new.conv.bias.copy_(old.conv.bias)
     return True
 

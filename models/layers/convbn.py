@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.layers.base import LayerType, Search, copy_batchnorm, kept_channels, reads_channels
-from models.layers.conv import conv_shape
+from models.layers.base import LayerType, Search, copy_batchnorm, reads_channels
+from models.layers.conv import conv_shape, copy_input, widen_input
 
 
 class ConvBnLayer(nn.Module):
@@ -35,15 +35,12 @@ def _params(layer: dict, in_shape) -> int:
 
 @torch.no_grad()
 def _identity(module: nn.Module, layer: dict, in_shape, nonneg_in: bool) -> bool:
-    """The first ``C`` output channels copy the input (centre tap 1) and the batchnorm passes them
-    through in eval mode (mean 0, variance 1 - eps, scale 1, shift 0); ``calibrate`` then fits
-    the batchnorm to the data so that train mode keeps the function too."""
-    weight, channels = module.conv.weight, in_shape[0]  # (out, in, k, k)
-    if not nonneg_in or weight.shape[0] < channels:  # the ReLU would clip a negative input
+    """The first ``C`` output channels copy the input and the batchnorm passes them through in
+    eval mode (mean 0, variance 1 - eps, scale 1, shift 0); ``calibrate`` then fits the
+    batchnorm to the data so that train mode keeps the function too."""
+    channels = in_shape[0]
+    if not copy_input(module.conv, channels, nonneg_in):
         return False
-    centre = weight.shape[-1] // 2
-    weight[:channels].zero_()
-    weight[range(channels), range(channels), centre, centre] = 1.0
     bn = module.bn
     bn.weight[:channels] = 1.0
     bn.bias[:channels] = 0.0
@@ -70,12 +67,9 @@ def _calibrate(module: nn.Module, x: torch.Tensor) -> None:
 
 @torch.no_grad()
 def _widen(old: nn.Module, new: nn.Module, old_in, new_in) -> bool:
-    channels = kept_channels(old_in, new_in)
-    if channels is None:
+    if not widen_input(old.conv, new.conv, old_in, new_in):
         return False
-    new.conv.weight[:, :channels] = old.conv.weight
-    new.conv.weight[:, channels:] = 0.0
-    copy_batchnorm(old.bn, new.bn, old.bn.num_features)
+    copy_batchnorm(old.bn, new.bn, old.bn.num_features)  # the outputs are the same channels
     return True
 
 
