@@ -106,20 +106,20 @@ def reused_runs(
     """(seed, arm, fraction) -> the row of earlier frontier.json files (comma-separated), each
     evaluated there already; and the files themselves. Two files holding one cell is an error.
 
-    A file of another lever gives only its static runs, and only if that lever's recipe (the
-    options of both arms) is this one's: a lever that changes the dynamic run alone shares its
-    static frontier with the default."""
+    A file of another lever gives only its static runs, and only with this one's recipe (options of
+    both arms) and static network (older files: default, on Fashion-MNIST): a lever that changes
+    the dynamic run alone shares its static frontier with the default."""
     rows, files = {}, []
     for path in filter(None, paths.split(",")):
         earlier = json.loads(Path(path).read_text())
         name = earlier["lever"]["name"]
-        same_recipe = earlier["lever"]["options"][0] == LEVERS[lever][0]
-        same_static = earlier.get("static_spec", "default") == static_spec  # files before it: default
-        same_data = (earlier["subset"], earlier.get("dataset", "fashion-mnist")) == (subset, dataset)
-        if not same_data or not (name == lever or (same_recipe and same_static)):
+        same_static = earlier["lever"]["options"][0] == LEVERS[lever][0]
+        same_static &= earlier.get("static_spec", "default") == static_spec
+        data = earlier.get("dataset", "fashion-mnist")
+        if (earlier["subset"], data) != (subset, dataset) or not (name == lever or same_static):
             raise click.UsageError(
-                f"--reuse {path}: lever {name}, subset {earlier['subset']}, {earlier.get('dataset', '')}; "
-                f"this run: {lever}, {subset}, {dataset} (other levers' statics: same recipe, network)"
+                f"--reuse {path}: lever {name}, subset {earlier['subset']}, {data}; this run has lever "
+                f"{lever}, subset {subset}, {dataset} (another lever's static runs need its recipe, network)"
             )
         for r in earlier["runs"]:
             if name != lever and r["arm"] != "static":

@@ -188,8 +188,16 @@ def test_another_levers_file_lends_only_its_static_runs_and_only_with_the_same_r
     assert set(rows) == {(100, "static", 1.0)}
     rows, _ = reused_runs(frontier("noise1"), "noise1", 0)
     assert set(rows) == {(100, "static", 1.0), (100, "dynamic-12ep", 1.0)}
-    with pytest.raises(click.UsageError, match="lever smooth, subset 0; this run has lever noise1"):
+    with pytest.raises(
+        click.UsageError, match="lever smooth, subset 0, fashion-mnist; this run has lever noise1"
+    ):
         reused_runs(frontier("smooth"), "noise1", 0)  # smoothing trains static differently
+    with pytest.raises(click.UsageError, match="this run has lever bn, subset 0, fashion-mnist"):
+        reused_runs(frontier("base"), "bn", 0, "fashion-mnist", "default-bn")  # same recipe, another network
+    with pytest.raises(
+        click.UsageError, match="lever base, subset 0, fashion-mnist; this run has lever base"
+    ):
+        reused_runs(frontier("base"), "base", 0, "folder:/data/cifar10.tar.xz")  # another dataset
 
 
 def test_by_tier_pairs_each_budget_with_its_seeds_static_12_run_per_tier():
