@@ -29,11 +29,9 @@ def health_lines(groups: Sequence[Group]) -> list[str]:
             parts.append(f"{g.label}: " + ", ".join(said))
     if not parts:
         return ["**Health**: every run learned; none collapsed or dipped by more than its --dip-margin."]
-    return [
-        "**Health**, before any mean: "
-        + "; ".join(parts)
-        + ". A collapsed seed still counts in its variant's means (marked ⚠ there); every other run was ok."
-    ]
+    marked = any(g.health_caveat() for g in groups)
+    counted = " A collapsed seed still counts in its variant's means (marked ⚠ there)." if marked else ""
+    return ["**Health**, before any mean: " + "; ".join(parts) + "." + counted + " Every other run was ok."]
 
 
 def duplicate_lines(groups: Sequence[Group]) -> list[str]:
