@@ -179,8 +179,7 @@ class ExperimentPlan(TrainingPlan):
             optimizer = rebuild_optimizer(optimizer, grown, self.cfg)
             x, y = (t.to(next(grown.parameters()).device) for t in self.probe)
             if info["preserved"]:  # a preserving identity fits its normalisation to training data
-                calibrated = calibrate(grown, info["layer_id"], self.calibration_x.to(x.device))
-                info["calibrated"] = calibrated
+                info["calibrated"] = calibrate(grown, info["layer_id"], self.calibration_x.to(x.device))
             with autocast(self.precision, x.device):  # the jump as training sees it
                 jump = probe_jump(model, grown, x, y)
             flops_after = flops_per_example(grown, input_shape)["forward"]

@@ -17,7 +17,7 @@ def log_health(state: FitState, data: Data, cfg: TrainConfig) -> health.Health:
     each growth event's dip (``growth/dip`` at the event's epoch) and why it stopped (tag
     ``stop_reason``). A collapsed run says so in one line: it ends FINISHED, as a result.
     Returns the verdict."""
-    verdict = health.assess(state.history, state.trace.events, health.top_share(data.val.y), cfg.dip_margin)
+    verdict = health.judge(state, data.val.y, cfg.dip_margin)
     mlflow.set_tags({**verdict.tags(), "stop_reason": state.stop_reason or "epochs"})
     mlflow.log_metrics(verdict.metrics())
     for epoch, dip in verdict.growth_dips.items():

@@ -74,7 +74,7 @@ def screen(data, lever: str, seed: int, precision: str, after: int) -> dict:
         pass
     except DivergenceError as err:
         diverged = str(err)
-    verdict = health.assess(state.history, state.trace.events, health.top_share(data.val.y), cfg.dip_margin)
+    verdict = health.judge(state, data.val.y, cfg.dip_margin)
     accs = [row["val/acc"] for row in state.history]
     return {
         "lever": lever,

@@ -112,8 +112,8 @@ def at_chance(row: dict, chance: float, peak: float) -> bool:
 
 
 def collapse_start(history: list[dict], chance: float) -> int | None:
-    """The first epoch of the final run of epochs at chance, when that run is long enough to
-    count (``COLLAPSE_PATIENCE``) or reaches the end; else None."""
+    """The first epoch of the epochs at chance that the history ends with; None when its last
+    epoch is not at chance."""
     peak, dead_since = -math.inf, None
     for row in history:
         if at_chance(row, chance, peak):
@@ -146,11 +146,15 @@ def assess(history: list[dict], events: list[dict], chance: float, dip_margin: f
         if e in acc and e - 1 in acc
     }
     dead = collapse_start(history, chance)
-    if dead is not None and (
-        history[-1]["epoch"] - dead + 1 >= COLLAPSE_PATIENCE or dead == history[-1]["epoch"]
-    ):
+    if dead is not None:  # the final stretch at chance reaches the end: the run ended dead
         return Health("collapsed", worst, dead, dips)
     return Health("dipped" if drops else "ok", worst, None, dips)
+
+
+def judge(state, val_labels, dip_margin: float) -> Health:
+    """``assess`` of a training state (its history and growth events), chance taken from the
+    validation labels ``val_labels``: what a finished run, a tune trial and a screen report."""
+    return assess(state.history, state.trace.events, top_share(val_labels), dip_margin)
 
 
 def _drop(history: list[dict], i: int, events: list[dict], dip_margin: float) -> Drop:

@@ -267,9 +267,7 @@ class Worker:
         finally:  # a pruned trial keeps what it trained: its trace and history so far
             if state.history:
                 log_trial_artifacts(run, state, plan)
-        verdict = health.assess(
-            state.history, state.trace.events, health.top_share(self.on_device.val.y), train_cfg.dip_margin
-        )
+        verdict = health.judge(state, self.on_device.val.y, train_cfg.dip_margin)
         run.set_tags({**verdict.tags(), "stop_reason": state.stop_reason})
         run.log_metrics(verdict.metrics(), step=state.epoch - 1)
         if verdict.verdict == "collapsed":  # a dead network is no result: prune it, saying so
