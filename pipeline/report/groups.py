@@ -135,9 +135,12 @@ def make_groups(runs_df: pd.DataFrame, histories: dict, target_acc: float | None
         runs[columns].drop_duplicates().itertuples(index=False)
     ):
         rows = runs[(runs[columns] == (setting, variant, entry_point, key, options)).all(axis=1)]
-        group = Group(variant, variant, entry_point, key, rows.reset_index(drop=True), setting)
-        group.setting_label, group.variant_options = settings[setting], options
-        groups.append(group)
+        rows = rows.reset_index(drop=True)
+        groups.append(
+            Group(
+                variant, variant, entry_point, key, rows, setting, settings[setting], variant_options=options
+            )
+        )
     _name_variant_options(groups)
     # Several groups under one variant in one setting (e.g. static runs of two architectures):
     # name the spec; several settings: name the setting too, so no label stands for two.
