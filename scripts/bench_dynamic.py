@@ -65,7 +65,7 @@ from models.flops import flops_per_example
 from models.schedule import named_schedule, validate_schedule
 from models.spec import ArchSpec, resolve_spec
 from pipeline import evaluate, score_difficulty, train_dynamic, train_static
-from pipeline.curriculum.diet import growth_boundaries
+from pipeline.curriculum.diet import diet_of_growth
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
@@ -222,13 +222,13 @@ def main(
     print(f"score_difficulty: {scoring_info['seconds']:.0f}s, {scoring_info['flops']:.3g} FLOPs", flush=True)
 
     final_static = train_static.StaticConfig(spec=final.to_json())
-    # The curriculum control uses exactly the boundaries the dynamic run derives from its growth.
-    boundaries = ",".join(str(e) for e in growth_boundaries(events) or [])
+    # The curriculum control uses exactly the boundaries and pruning start the dynamic run
+    # derives from its growth.
+    diet = diet_of_growth(events)
+    boundaries = diet["tier_boundaries"]
     quiet = RunConfig(progress=False)
     tiers = DynamicCurriculumConfig(scores_run=scores_run)
-    curriculum_cfg = CurriculumConfig(
-        scores_run=scores_run, pacing="tiers", tier_boundaries=boundaries, prune=tiers.prune
-    )
+    curriculum_cfg = CurriculumConfig(scores_run=scores_run, pacing="tiers", prune=tiers.prune, **diet)
     per_seed = []
     for seed in seed_list:
         train = TrainConfig(epochs=epochs, seed=seed)

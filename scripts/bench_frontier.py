@@ -78,7 +78,7 @@ from scripts.bench_dynamic import REPORT_SEEDS, TUNING_SEEDS, machine, scores_wi
 from scripts.bench_frontier_figure import plot
 from scripts.bench_frontier_findings import health_counts, print_findings
 from scripts.bench_frontier_tiers import by_tier, test_by_tier
-from scripts.bench_levers import LEVERS, grown_into
+from scripts.bench_levers import LEVERS, grown_into, retires_easy
 
 REFERENCE_EPOCHS = 12
 SUMMARISED = ("test_acc", "train_s", "flops", "epochs")
@@ -121,8 +121,9 @@ def reused_runs(
                 f"--reuse {path}: lever {name}, subset {earlier['subset']}, {data}; this run has lever "
                 f"{lever}, subset {subset}, {dataset} (another lever's static runs need its recipe, network)"
             )
+        same_diet = earlier["lever"].get("retire_easy", True) == retires_easy(lever)  # older: retired
         for r in earlier["runs"]:
-            if name != lever and r["arm"] != "static":
+            if (name != lever or not same_diet) and r["arm"] != "static":
                 continue
             key = (r["seed"], r["arm"], r["fraction"])
             if key in rows and rows[key]["run_id"] != r["run_id"]:
@@ -240,7 +241,7 @@ def main(
     runs, evaluate_runs = [], []
     # each reused file names its own evaluate runs and those it reused in turn
     reused_evaluations = [i for f in reused_files for i in re.findall(r"\b[0-9a-f]{32}\b", f["accuracy"])]
-    lever_entry = {"name": lever, "options": LEVERS[lever]}
+    lever_entry = {"name": lever, "options": LEVERS[lever], "retire_easy": retires_easy(lever)}
 
     def accuracy() -> str:
         """Where the rows' test accuracy comes from: every evaluate run behind them."""
@@ -249,9 +250,8 @@ def main(
 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    # Where the runs trained: this machine, or for a summary of earlier files, theirs.
     where = {"device": str(pick_device("auto")), "platform": platform.platform(), "machine": machine()}
-    where = where if to_train else {k: reused_files[0][k] for k in where}
+    where = where if to_train else {k: reused_files[0][k] for k in where}  # a summary's: its files'
 
     def save_partial() -> None:
         """What --reuse needs to resume from here, before the summary: the runs so far."""

@@ -62,6 +62,9 @@ BN_GROWTH = {"start_spec": "minimal-bn", "schedule": "default-bn"}
 # options, TrainConfig options for the dynamic arm only)
 LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     "base": ({}, {}, {}, {}),
+    # The default diet until CIFAR-10 (issue 35): the easy examples retire at the first growth.
+    # Rows of `base` measured before then trained this.
+    "retire": ({}, {"retire_easy": True}, {}, {}),
     # Batchnorm in every conv layer, both arms (issue 35): static trains default-bn, the dynamic
     # run grows minimal-bn into it; growth inserts conv2 as a calibrated identity.
     "bn": ({}, {}, BN_GROWTH, {}),
@@ -165,6 +168,12 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
         {},
     ),
 }
+
+
+def retires_easy(lever: str) -> bool:
+    """Whether the lever's dynamic runs retire the easy tier at the first growth (as every
+    dynamic run did before ``--retire-easy`` existed: their files lack the key)."""
+    return DynamicCurriculumConfig(**LEVERS[lever][1]).retire_easy
 
 
 def grown_into(start, schedule: str, data):

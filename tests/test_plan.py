@@ -7,7 +7,7 @@ import torch
 from models.builder import build_model
 from models.schedule import parse_schedule, validate_schedule
 from models.spec import resolve_spec
-from pipeline.curriculum.diet import growth_boundaries
+from pipeline.curriculum.diet import diet_of_growth, growth_boundaries
 from pipeline.curriculum.strategies import make_curriculum
 from pipeline.plan import ExperimentPlan, GrowthConfig
 from pipeline.pruning import LossPruner
@@ -65,14 +65,18 @@ def test_dynamic_run_with_curriculum_resumes_exactly(small_data, tmp_path):
     assert [h["train/examples"] for h in whole.history] == [667, 1334, 2000, 2000]
 
 
-def test_tiers_are_worked_through_before_the_first_growth_and_easy_ones_retire_at_it():
+def test_tiers_are_worked_through_before_the_first_growth_and_easy_ones_stay_unless_told():
     events = parse_schedule("4:conv(8);4:pool;7:residual;7:dropout(0.3)", 12)
-    assert growth_boundaries(events) == [1, 2, 4]
+    assert growth_boundaries(events) == [1, 2]
+    assert growth_boundaries(events, retire_easy=True) == [1, 2, 4]
     first = parse_schedule("default", 12)[0].epoch
-    assert growth_boundaries(parse_schedule("default", 12)) == [first // 3, 2 * first // 3, first]
-    assert growth_boundaries(parse_schedule("9:conv(8);6:pool", 12)) == [2, 4, 6]  # the earliest event
-    assert growth_boundaries(parse_schedule("1:conv(8)", 12)) == [0, 0, 1]  # no room: all data at once
+    assert growth_boundaries(parse_schedule("default", 12)) == [first // 3, 2 * first // 3]
+    assert growth_boundaries(parse_schedule("9:conv(8);6:pool", 12), True) == [2, 4, 6]  # the earliest event
+    assert growth_boundaries(parse_schedule("1:conv(8)", 12), True) == [0, 0, 1]  # no room: all data at once
     assert growth_boundaries([]) is None
+    # The static control of the diet: the same boundaries, pruning from the first growth.
+    assert diet_of_growth(events) == {"tier_boundaries": "1,2", "prune_from": 4}
+    assert diet_of_growth([]) == {"tier_boundaries": ""}
 
 
 def test_a_pruned_run_resumes_exactly_and_trains_on_fewer_examples(small_data, tmp_path):

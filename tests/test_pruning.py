@@ -115,12 +115,14 @@ def _tiers_curriculum(boundaries, pacing="tiers", rejoin=0.0):
     )
 
 
-def test_pruning_starts_when_the_easy_examples_retire_unless_told_otherwise():
+def test_pruning_starts_when_the_easy_examples_retire_or_at_the_first_growth_unless_told_otherwise():
     train = TrainConfig(epochs=12)
     assert make_pruner(CurriculumConfig(), train, None, N) is None
-    retiring = make_pruner(CurriculumConfig(prune=0.3), train, _tiers_curriculum([1, 2, 3]), N)
+    retiring = make_pruner(CurriculumConfig(prune=0.3), train, _tiers_curriculum([1, 2, 3]), N, 5)
     assert retiring.start == 3
     assert make_pruner(CurriculumConfig(prune=0.3), train, _tiers_curriculum([1, 2]), N).start == 1
+    assert make_pruner(CurriculumConfig(prune=0.3), train, _tiers_curriculum([1, 2]), N, 4).start == 4
+    assert make_pruner(CurriculumConfig(prune=0.3), train, None, N, 0).start == 1  # growth before epoch 1
     assert make_pruner(CurriculumConfig(prune=0.3), train, None, N).start == 1
     told = make_pruner(CurriculumConfig(prune=0.3, prune_from=5), train, _tiers_curriculum([1, 2, 3]), N)
     assert told.start == 5

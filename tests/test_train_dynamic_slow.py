@@ -57,12 +57,12 @@ def test_train_dynamic_through_mlflow_run_grows_and_follows_the_curriculum(track
         "easy",
         "easy+medium",
         "easy+medium+hard",
-        "medium+hard",  # the easy examples retire at the growth
+        "easy+medium+hard",  # every example stays after the growth (--retire-easy false)
     ]
-    assert {row["tiers_present"] for row in schedule[3:]} == {"medium+hard"}
+    assert {row["tiers_present"] for row in schedule[2:]} == {"easy+medium+hard"}
     counts = [row["count"] for row in schedule]
-    assert counts[0] < counts[1] < counts[2] == 2000
-    # Pruning (0.3 from the retirement on) trains on fewer examples than the curriculum offers,
+    assert counts[0] < counts[1] < counts[2] == counts[-1]
+    # Pruning (0.3 from the growth on) trains on fewer examples than the curriculum offers,
     # except in the annealing tail, the last epoch, which uses them all.
     assert plan["pruning"]["start"] == 3
     assert examples[:3] == counts[:3]

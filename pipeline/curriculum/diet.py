@@ -1,8 +1,10 @@
 """The data diet: a run's curriculum and its loss-aware pruning, built together.
 
-The project's rule lives here, in one place. On a growing network the tiers curriculum's easy
-examples retire at the first growth (``growth_boundaries``); pruning starts at that retirement
-and stops where retired examples rejoin (``make_pruner``); and pruning belongs to the
+The project's rule lives here, in one place. On a growing network the tiers curriculum works
+through the tiers before the first growth and uses every example from it on
+(``growth_boundaries``; ``--retire-easy`` retires the easy ones there instead); pruning starts
+at the first growth (or at a retirement) and stops where retired examples rejoin
+(``make_pruner``); and pruning belongs to the
 curriculum, so a run without one prunes nothing by default and isolates growth
 (``curriculum_pruning``). ``build_diet`` builds the curriculum and the pruner from a run's
 options, its scores, its growth events and its epochs, and fails before any training if they
@@ -29,24 +31,50 @@ if TYPE_CHECKING:
     from pipeline.difficulty.scores_table import ScoresTable
 
 
-def growth_boundaries(events: list[GrowthEvent]) -> list[int] | None:
+def growth_boundaries(events: list[GrowthEvent], retire_easy: bool = False) -> list[int] | None:
     """Tier boundaries tied to growth: the start network works through the curriculum (medium
     examples join a third and hard ones two thirds of the way to the first growth event), and
-    from the first growth on the easy examples retire: the grown networks train on the medium
-    and hard ones.
+    from the first growth on every example is in use, loss-aware pruning (``make_pruner``)
+    skipping part of what the network has already learned. ``retire_easy``: the easy examples
+    retire at the first growth instead (a third boundary there), the default until CIFAR-10.
 
-    Why this shape, measured on full Fashion-MNIST (12 epochs): networks fed only easy
-    examples stall near 0.84 validation accuracy whatever their size, so holding hard examples
-    back until the network is complete left it too few epochs to catch up (1.35 points below
-    static). Easy examples, once learned, teach little: the static network trained without
-    them from epoch 2 on ends as accurate as with them (seed 0: 0.9342 against 0.9320; seeds
-    1-2 with these boundaries: 0.9322 and 0.9344 against 0.9334 and 0.9340) at 0.71x the cost
-    of each such epoch. Dropping more than the easy third costs accuracy (the hardest half per
-    class: 0.9308; 40%: 0.9224), because the network then forgets the easy examples."""
+    Why every example stays: on CIFAR-10 the retirement broke training. Training accuracy fell
+    to 0.14 in the growth epoch on every seed (validation 0.57 -> 0.20 on one), and the runs
+    ended 6 to 8 points below those that kept the easy third (seeds 500-502, 12 epochs, test:
+    70.45% against 76.61%, docs/results/cifar10/): where the scorer is weak, its easy third is
+    what the network has not yet learned, and medium and hard examples alone teach it the
+    wrong cues. On full Fashion-MNIST, where the easy third is learned by the growth, retiring
+    it saved compute at the same accuracy for the FLOPs (static-12's FLOPs, tuning seeds 0-2:
+    -0.43 points against static-12 retired, -0.47 kept). Pruning by loss retires what is
+    learned on any dataset; the scorer's tiers only know what a small model found easy.
+    Holding hard examples back until the network is complete left it too few epochs to catch
+    up on Fashion-MNIST (1.35 points below static)."""
     if not events:
         return None
     first = min(event.epoch for event in events)
-    return [first // 3, 2 * first // 3, first]
+    return [first // 3, 2 * first // 3] + ([first] if retire_easy else [])
+
+
+def first_growth(events: list[GrowthEvent]) -> int | None:
+    """The epoch of the first growth event, or None for a run that does not grow."""
+    return min((event.epoch for event in events), default=None)
+
+
+def diet_of_growth(events: list[GrowthEvent], retire_easy: bool = False) -> dict:
+    """The curriculum options that give a run without growth the diet a growing run with
+    ``events`` derives from them (the tiers curriculum control): its tier boundaries and the
+    epoch its pruning starts."""
+    boundaries = growth_boundaries(events, retire_easy) or []
+    first = first_growth(events)
+    return {
+        "tier_boundaries": ",".join(str(e) for e in boundaries),
+        **({"prune_from": max(1, first)} if first is not None else {}),
+    }
+
+
+def retires_easy(cfg: CurriculumConfig) -> bool:
+    """Whether a run's growth-tied tiers retire the easy examples (a dynamic run's option)."""
+    return isinstance(cfg, DynamicCurriculumConfig) and cfg.retire_easy
 
 
 def curriculum_pruning(pacing: str) -> float:
@@ -102,15 +130,19 @@ class CurriculumSetup:
 
 
 def make_pruner(
-    cfg: CurriculumConfig, train_cfg: TrainConfig, curriculum: Curriculum | None, n_train: int
+    cfg: CurriculumConfig,
+    train_cfg: TrainConfig,
+    curriculum: Curriculum | None,
+    n_train: int,
+    grows_from: int | None = None,
 ) -> LossPruner | None:
     """The run's loss-aware pruning, or None with ``--prune 0``.
 
     By default (``--prune-from 0``) it starts when the tiers curriculum retires the easy
-    examples: until then the network is still learning the examples pruning would skip. When
-    they retire so late that the annealing tail leaves no epoch to prune, the run does not
-    prune (its plan.json says ``"pruning": null``); a ``--prune-from`` that prunes no epoch is
-    an error."""
+    examples, or where none retire at the first growth (``grows_from``), else at epoch 1:
+    until then the network is still learning the examples pruning would skip. When that is
+    so late that the annealing tail leaves no epoch to prune, the run does not prune (its
+    plan.json says ``"pruning": null``); a ``--prune-from`` that prunes no epoch is an error."""
     if cfg.prune == 0:
         return None
     if cfg.prune_from < 0:
@@ -118,7 +150,7 @@ def make_pruner(
     start = cfg.prune_from
     retired_from = curriculum.retired_from if curriculum is not None else None
     if start == 0:
-        start = max(1, retired_from) if retired_from is not None else 1
+        start = max(1, next((e for e in (retired_from, grows_from) if e is not None), 1))
     # Pruning's losses of the retired easy examples are stale, so it stops where they rejoin.
     anneal = max(cfg.prune_anneal, curriculum.rejoined_share if curriculum is not None else 0.0)
     pruner = LossPruner(n_train, cfg.prune, anneal, start, train_cfg.seed)
@@ -148,10 +180,10 @@ def build_diet(
     run_id = table.run_id if table is not None else ""
     val_tiers = table.tiers_for(data.val, "val") if table is not None else None
     n = len(data.train)
+    grows_from = first_growth(events)
     if not needs_scores(cfg):
-        return CurriculumSetup(
-            None, val_tiers, run_id, "none", cfg.order, make_pruner(cfg, train_cfg, None, n)
-        )
+        pruner = make_pruner(cfg, train_cfg, None, n, grows_from)
+        return CurriculumSetup(None, val_tiers, run_id, "none", cfg.order, pruner)
     if table is None:
         raise CurriculumError(f"--pacing {cfg.pacing} needs difficulty scores (a score_difficulty run)")
     curriculum = make_curriculum(
@@ -164,10 +196,10 @@ def build_diet(
         a=cfg.pacing_a,
         b=cfg.pacing_b,
         seed=cfg.curriculum_seed if cfg.curriculum_seed >= 0 else train_cfg.seed,
-        boundaries=cfg.boundaries() or growth_boundaries(events),
+        boundaries=cfg.boundaries() or growth_boundaries(events, retires_easy(cfg)),
         eval_batch_size=train_cfg.eval_batch_size,
         rejoin=cfg.rejoin,
         hold_back=cfg.hold_back,
     )
-    pruner = make_pruner(cfg, train_cfg, curriculum, n)
+    pruner = make_pruner(cfg, train_cfg, curriculum, n, grows_from)
     return CurriculumSetup(curriculum, val_tiers, run_id, cfg.pacing, cfg.order, pruner, cfg.hold_back)

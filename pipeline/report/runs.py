@@ -55,6 +55,7 @@ VARIANT_KEYS = (
     "prune_anneal",
     "rejoin",
     "prune_from",
+    "retire_easy",  # a dynamic run from before the option retired the easy tier: grouped apart
     "exits",
     "exit_weights",
 )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from models.schedule import final_spec, named_schedule
 from models.spec import resolve_spec
-from pipeline.curriculum.diet import curriculum_pruning, growth_boundaries, name_label
+from pipeline.curriculum.diet import curriculum_pruning, diet_of_growth, name_label
 from pipeline.data.dataset import Data
 from pipeline.run_length import static_training_flops
 from pipeline.workflow.presets import BASELINE_DIET, Diet, Preset
@@ -17,17 +17,13 @@ from pipeline.workflow.steps import StepRunner
 
 def static_curriculum(diet: Diet, epochs: int) -> dict:
     """Options that make a static run's curriculum the default dynamic run's: the same tier
-    boundaries (tied to the default schedule's growth) and the same pruning, so the curriculum
-    alone can be told apart from growth; and the diet's held-back share."""
+    boundaries and pruning start (tied to the default schedule's growth) and the same pruning,
+    so the curriculum alone can be told apart from growth; and the diet's held-back share."""
     held = {"hold_back": diet.hold_back} if diet.hold_back else {}
     if diet.pacing == "none":
         return held
-    boundaries = growth_boundaries(named_schedule("default", epochs)) or []
-    return {
-        "tier_boundaries": ",".join(str(e) for e in boundaries),
-        "prune": curriculum_pruning(diet.pacing),
-        **held,
-    }
+    diet_options = diet_of_growth(named_schedule("default", epochs))
+    return {**diet_options, "prune": curriculum_pruning(diet.pacing), **held}
 
 
 def dynamic_curriculum(diet: Diet) -> dict:
