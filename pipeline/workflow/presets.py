@@ -98,8 +98,8 @@ PRESETS = {
     # easy-to-hard curriculum beat random order by a wide margin): at 0, 20 and 40% symmetric
     # noise, five seeds, at equal epochs and again at the static run's training FLOPs, static;
     # the dynamic run with an easy-first linear pacing that never uses the hardest third (the
-    # tiers curriculum retires the easy examples, which under noise leaves a diet of mostly
-    # wrong labels: 12 points below static at 40%); its random-order control, which holds
+    # tiers curriculum of the time retired the easy examples, which under noise leaves a diet of
+    # mostly wrong labels: 12 points below static at 40%); its random-order control, which holds
     # back a random third; and static holding back the same hardest third, which tells
     # holding back from ordering and growth. Full data: hours on 2 cores.
     "noise": Preset(
