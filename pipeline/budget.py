@@ -2,8 +2,10 @@
 
 Growth papers state their gains at equal compute, so a run can be given its cost rather than its
 epochs: ``--budget 24ep``, ``--budget 3.2e14flops``, ``--budget 600s``, or the cost of another
-run, ``--budget run:RUN_ID`` (its training FLOPs; ``run:RUN_ID:s`` its wall-clock), optionally
-scaled, ``run:RUN_ID*1.5``.
+run, ``--budget run:RUN_ID`` (its training FLOPs; ``run:RUN_ID:s`` its seconds that trained),
+optionally scaled, ``run:RUN_ID*1.5``. Seconds are always seconds that train
+(``pipeline/training/timing.py``): the training step, growth and the data diet's bookkeeping,
+not validation, logging or checkpoints.
 
 A budget is turned into a number of epochs E before training: the largest E whose planned cost
 fits it. Everything that is a function of the run's length then follows E: the cosine learning
@@ -33,7 +35,9 @@ from pipeline.training.config import ConfigError
 
 UNITS = {"ep": "epochs", "epoch": "epochs", "epochs": "epochs", "flops": "flops", "s": "seconds"}
 UNITS.update({"sec": "seconds", "seconds": "seconds", "flop": "flops"})
-RUN_METRICS = {"flops": "train/flops_cumulative", "seconds": "time/cumulative_s"}
+# A run's seconds are those that trained (pipeline/training/timing.py): not its validation,
+# logging or checkpoints, which an arm with more, cheaper epochs pays more often.
+RUN_METRICS = {"flops": "train/flops_cumulative", "seconds": "time/cumulative_trained_s"}
 # InfoBatch leaves out ``rate`` of the examples whose loss is below the mean; on Fashion-MNIST
 # that is about two thirds of them (--prune 0.3 logged curriculum/pruned_share 0.18-0.22).
 PRUNED_SHARE_PLANNED = 2 / 3
@@ -57,7 +61,8 @@ class Budget:
         """One spelling per budget (runs with the same one are comparable): '24 epochs'."""
         if self.unit == "epochs":
             return f"{int(self.amount)} epochs"
-        return f"{self.amount:.6g} {self.unit}"
+        # "training seconds": a run before they were counted apart is another setting
+        return f"{self.amount:.6g} {'training seconds' if self.unit == 'seconds' else self.unit}"
 
 
 def parse_budget(text: str, epochs: int, run_cost: Callable[[str, str], float] | None = None) -> Budget:
@@ -143,19 +148,24 @@ def calibrate_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps:
 class BudgetMeter:
     """The stop rule while training: can the next step of ``examples`` examples still be paid?
 
-    ``spent`` is what earlier epochs used (cumulative training FLOPs or seconds); the current
-    epoch adds its examples times ``flops_per_example``, or its elapsed seconds."""
+    ``spent`` is what the run used before this epoch's training step (cumulative training
+    FLOPs, or seconds that trained: earlier epochs' and this one's growth and diet); the step
+    adds its examples times ``flops_per_example``, or its elapsed seconds."""
 
     budget: Budget
     spent: float = 0.0
     exhausted: bool = False
-    reserve_s: float = 0.0  # seconds kept back for the epoch's validation pass
+    # seconds per example of this run's steps so far: the next step's predicted cost, so that
+    # the step that would overrun is not taken (its seconds are only known once it is paid)
+    seconds_per_example: float = 0.0
 
     def allows(self, examples_done: int, next_batch: int, flops_per_example: float, elapsed_s: float) -> bool:
         if self.budget.unit == "flops":
             cost = self.spent + (examples_done + next_batch) * flops_per_example
         elif self.budget.unit == "seconds":
-            cost = self.spent + elapsed_s + self.reserve_s
+            if examples_done:
+                self.seconds_per_example = elapsed_s / examples_done
+            cost = self.spent + elapsed_s + self.seconds_per_example * next_batch
         else:
             return True
         if cost > self.budget.amount * (1 + 1e-9):  # float sums of exact costs may round up

@@ -76,7 +76,11 @@ def run_cost(run_id: str, unit: str) -> float:
         )
     metric = RUN_METRICS[unit]
     if metric not in run.data.metrics:
-        raise BudgetError(f"--budget run:{run_id}: the run logged no {metric}, so it has no {unit} cost")
+        older = " (it trained before seconds that train were counted apart: give its seconds as Ns)"
+        raise BudgetError(
+            f"--budget run:{run_id}: the run logged no {metric}, so it has no {unit} cost"
+            + (older if unit == "seconds" else "")
+        )
     return float(run.data.metrics[metric])
 
 

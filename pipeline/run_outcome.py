@@ -7,7 +7,7 @@ import click
 import mlflow
 
 from pipeline.data.dataset import Data
-from pipeline.training import health
+from pipeline.training import health, timing
 from pipeline.training.config import TrainConfig
 from pipeline.training.state import FitState
 
@@ -34,7 +34,7 @@ def log_budget(length, state: FitState) -> None:
     used = {
         "epochs": float(state.epoch),
         "flops": state.cumulative_train_flops,
-        "seconds": state.cumulative_s,
+        "seconds": timing.trained_s(state.time_parts),
     }[budget.unit]
     mlflow.log_metrics(
         {"budget/total": budget.amount, "budget/used": used, "budget/used_fraction": used / budget.amount}

@@ -41,6 +41,7 @@ from pipeline.tracking.params import shown_param
 from pipeline.tracking.processes import HOST_TAG, PID_TAG, owned_elsewhere
 from pipeline.tracking.resume_lock import resume_lock
 from pipeline.tracking.runs import current_run_name, tracked_run
+from pipeline.training import timing
 from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
@@ -342,6 +343,7 @@ def train_and_log(
         {
             "time/total_s": state.cumulative_s,
             "time/this_process_s": total_s,
+            **timing.run_metrics(state.time_parts),
             "final/val_acc": state.history[-1]["val/acc"],
             "final/val_loss": state.history[-1]["val/loss"],
         },

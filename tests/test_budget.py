@@ -136,3 +136,29 @@ def test_main_runs_the_quarter_budget_only_where_it_buys_static_a_whole_epoch(ca
     assert resolve_preset(MainConfig(epochs=4)).budget_fractions == (0.25,)
     assert resolve_preset(MainConfig(epochs=3)).budget_fractions == ()
     assert "no runs at 0.25 of static's training FLOPs: at 3 epochs" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_seconds_budget_counts_the_seconds_that_train_not_validation_or_logging(tracking):
+    static = train_static.run(DATA, TrainConfig(epochs=3, seed=3), StaticConfig(spec="tiny"), run_cfg=QUIET)
+    static_run = mlflow.last_active_run()
+    parts = static.state.time_parts
+    assert {"train", "growth", "diet", "val", "log", "checkpoint"} <= parts.keys()
+    metrics = static_run.data.metrics
+    assert metrics["time/trained_s"] == pytest.approx(parts["train"] + parts["growth"] + parts["diet"])
+    assert metrics["time/total_val_s"] > 0 and metrics["time/total_checkpoint_s"] > 0
+    assert 0 < metrics["time/trained_share"] < 1
+    assert metrics["time/cumulative_trained_s"] < static.state.cumulative_s  # validation is not training
+    # Another run given the static run's seconds spends its seconds that train, never more.
+    given = metrics["time/cumulative_trained_s"]
+    again = train_static.run(
+        DATA,
+        TrainConfig(epochs=3, seed=3, budget=f"run:{static_run.info.run_id}:s"),
+        StaticConfig(spec="tiny"),
+        run_cfg=QUIET,
+    )
+    run = mlflow.last_active_run()
+    assert run.data.params["budget_resolved"] == f"{given:.6g} training seconds"
+    assert run.data.metrics["budget/used"] == pytest.approx(run.data.metrics["time/trained_s"])
+    assert run.data.metrics["budget/used"] <= given
+    assert again.state.cumulative_s > run.data.metrics["budget/used"]

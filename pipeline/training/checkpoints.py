@@ -32,6 +32,7 @@ def checkpoint_dict(state: FitState, plan: TrainingPlan, cfg: TrainConfig) -> di
         "epoch": state.epoch,
         "global_step": state.global_step,
         "cumulative_s": state.cumulative_s,
+        "time_parts": json.dumps(state.time_parts),
         "cumulative_train_flops": state.cumulative_train_flops,
         "history": json.dumps(state.history),
         "trace": json.dumps(state.trace.to_dict()),
@@ -103,6 +104,7 @@ def load_checkpoint(path: Path, cfg: TrainConfig, plan: TrainingPlan, device: to
         epoch=ckpt["epoch"],
         global_step=ckpt["global_step"],
         cumulative_s=ckpt["cumulative_s"],
+        time_parts=json.loads(ckpt.get("time_parts", "{}")),  # older checkpoints: from here on
         cumulative_train_flops=ckpt["cumulative_train_flops"],
         history=json.loads(ckpt["history"]),
         trace=ArchitectureTrace.from_dict(json.loads(ckpt["trace"])),

@@ -19,7 +19,7 @@ from models.flops import flops_per_example
 from pipeline.data.dataset import Data
 from pipeline.loop import cosine_lr, evaluate_split, place_model, train_one_epoch
 from pipeline.precision import grad_scaler
-from pipeline.training import health
+from pipeline.training import health, timing
 from pipeline.training.average import WeightAverage
 from pipeline.training.config import TrainConfig
 from pipeline.training.metrics import exit_accuracies, noise_metrics, noise_probe_positions, tier_accuracies
@@ -136,9 +136,12 @@ def fit(
     chance = health.top_share(data.val.y)
     if cfg.ema_decay > 0 and state.average is None:
         state.average = WeightAverage(state.model, cfg.ema_decay)
+    parts = state.time_parts
     for epoch in range(state.epoch, cfg.epochs):
         epoch_start = time.perf_counter()
-        model, optimizer, events = plan.before_epoch(epoch, state.model, state.optimizer)
+        before = dict(parts)
+        with timing.timed(parts, "growth"):
+            model, optimizer, events = plan.before_epoch(epoch, state.model, state.optimizer)
         if model is not state.model:
             place_model(model, device)  # new layers take the layout of the old ones
             flops = flops_per_example(model, data.input_shape)
@@ -147,13 +150,15 @@ def fit(
                 state.average = WeightAverage(model, state.average.decay)
         state.model, state.optimizer = model, optimizer
         state.trace.events.extend(events)
-        positions = plan.positions(epoch, state.model, data)
-        weights = plan.example_weights(epoch)
+        with timing.timed(parts, "diet"):
+            positions = plan.positions(epoch, state.model, data)
+            weights = plan.example_weights(epoch)
         allows = None
-        if meter is not None:
-            meter.spent = state.cumulative_train_flops if meter.budget.unit == "flops" else state.cumulative_s
-            meter.spent += time.perf_counter() - epoch_start if meter.budget.unit == "seconds" else 0.0
+        if meter is not None:  # seconds budgets count the seconds that train (timing.py)
+            flops_spent = meter.budget.unit == "flops"
+            meter.spent = state.cumulative_train_flops if flops_spent else timing.trained_s(parts)
             allows = functools.partial(_budget_allows, meter, flops["train"])
+        train_start = time.perf_counter()
         stats = train_one_epoch(
             forward,
             state.optimizer,
@@ -178,16 +183,17 @@ def fit(
             after_step=None if state.average is None else state.average.update,
             clip_grad=cfg.clip_grad,
         )
+        parts["train"] = parts.get("train", 0.0) + time.perf_counter() - train_start
         if stats.examples == 0:  # the budget could not pay for a single step of this epoch
             state.stop_reason = "budget"
             break
         if stats.losses is not None:
-            plan.record_losses(stats.order, stats.losses)
-        val_start = time.perf_counter()
+            with timing.timed(parts, "diet"):
+                plan.record_losses(stats.order, stats.losses)
         scored = forward if state.average is None else state.average.model
-        val = evaluate_split(scored, data.val, cfg.eval_batch_size, precision=state.precision)
-        if meter is not None:
-            meter.reserve_s = time.perf_counter() - val_start
+        with timing.timed(parts, "val"):
+            val = evaluate_split(scored, data.val, cfg.eval_batch_size, precision=state.precision)
+            by_tier = tier_accuracies(val, val_tiers, "val")
         state.global_step += stats.steps
         state.cumulative_train_flops += flops["train"] * stats.examples
         params = count_parameters(state.model)
@@ -201,7 +207,7 @@ def fit(
             "val/acc": val.acc,
             # a network that predicts one class for everything has died (pipeline/training/health.py)
             "val/top_class_share": health.top_share(val.predictions),
-            **tier_accuracies(val, val_tiers, "val"),
+            **by_tier,
             "train/lr": stats.lr,
             "train/examples": stats.examples,
             "time/train_s": stats.seconds,
@@ -213,18 +219,22 @@ def fit(
             "train/flops_cumulative": state.cumulative_train_flops,
             **plan.epoch_info(epoch),
         }
-        if state.model.spec.exits:  # outside the epoch's time too: a probe of each exit
-            probed = state.model if state.average is None else state.average.model
-            metrics.update(exit_accuracies(probed, data.val, cfg.eval_batch_size))
-        if data.noisy:  # measured outside the epoch's time: a probe, not part of training
-            metrics.update(noise_metrics(scored, data, positions, val, noise_probe, cfg, state.precision))
+        with timing.timed(parts, "probe"):
+            if state.model.spec.exits:  # outside the epoch's time too: a probe of each exit
+                probed = state.model if state.average is None else state.average.model
+                metrics.update(exit_accuracies(probed, data.val, cfg.eval_batch_size))
+            if data.noisy:  # measured outside the epoch's time: a probe, not part of training
+                metrics.update(noise_metrics(scored, data, positions, val, noise_probe, cfg, state.precision))
+        metrics.update(timing.epoch_metrics(before, parts))
         state.history.append({"epoch": epoch, **metrics})
         state.epoch = epoch + 1
         plan.after_epoch(epoch, metrics)
         if on_epoch is not None:
-            on_epoch(epoch, metrics, state)
+            with timing.timed(parts, "log"):
+                on_epoch(epoch, metrics, state)
         if checkpoint is not None:
-            checkpoint(state, plan)
+            with timing.timed(parts, "checkpoint"):
+                checkpoint(state, plan)
         if cfg.stop_on_collapse and health.should_stop(state.history, chance):
             state.stop_reason = "collapsed"
             break

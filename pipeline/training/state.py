@@ -64,6 +64,8 @@ class FitState:
     # "epochs": trained them all; "budget": its budget ran out first; "collapsed": it died
     stop_reason: str = ""
     average: WeightAverage | None = None  # with --ema-decay: the averaged weights
+    # cumulative seconds per part of the epoch loop (pipeline/training/timing.py)
+    time_parts: dict[str, float] = field(default_factory=dict)
 
 
 def new_state(spec: ArchSpec, cfg: TrainConfig, device: torch.device) -> FitState:
