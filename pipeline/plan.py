@@ -238,6 +238,9 @@ class ExperimentPlan(TrainingPlan):
         if self.trigger is not None and self.applied < len(self.events):
             self.plateau = self.trigger.update(metrics["val/acc"])
 
+    def growth_epochs(self) -> set[int]:
+        return {event.epoch for event in self.events}
+
     def epoch_info(self, epoch: int) -> dict[str, float]:
         info = {"growth/events_applied": float(self.applied)}
         if self.curriculum is not None:

@@ -66,6 +66,12 @@ class TrainConfig:
         "step a large gradient right after a growth event takes",
     )
     eval_batch_size: int = opt(1024, "batch size for evaluation passes")
+    monitor_share: float = opt(
+        0.15,
+        "validation examples an epoch reads, as a share of the examples it trained (at least "
+        "1,000, a fixed sample); the whole split at the last epoch and around growth; 0: the "
+        "whole split every epoch",
+    )
     dip_margin: float = opt(
         0.05,
         "validation accuracy falling by more than this from one epoch to the next makes the run's "
@@ -110,6 +116,8 @@ class TrainConfig:
             raise ConfigError(f"--growth-lr-scale must be positive, got {self.growth_lr_scale}")
         if not 0 <= self.clip_grad < math.inf:
             raise ConfigError(f"--clip-grad must be a non-negative norm (0: none), got {self.clip_grad}")
+        if not 0 <= self.monitor_share < math.inf:
+            raise ConfigError(f"--monitor-share must be a non-negative share, got {self.monitor_share}")
         if not 0 < self.dip_margin < 1:
             raise ConfigError(f"--dip-margin must be a fraction in (0, 1), got {self.dip_margin}")
         if not 0 <= self.warmup < 1:

@@ -19,7 +19,7 @@ from models.flops import flops_per_example
 from pipeline.data.dataset import Data
 from pipeline.loop import cosine_lr, evaluate_split, place_model, train_one_epoch
 from pipeline.precision import grad_scaler
-from pipeline.training import health, timing
+from pipeline.training import health, monitor, timing
 from pipeline.training.average import WeightAverage
 from pipeline.training.config import TrainConfig
 from pipeline.training.metrics import exit_accuracies, noise_metrics, noise_probe_positions, tier_accuracies
@@ -69,6 +69,10 @@ class TrainingPlan:
 
     def after_epoch(self, epoch: int, metrics: dict) -> None:
         """Sees each finished epoch's metrics (a plateau trigger decides here)."""
+
+    def growth_epochs(self) -> set[int]:
+        """The epochs a growth event is scheduled at (validation reads the whole split around them)."""
+        return set()
 
     def epoch_info(self, epoch: int) -> dict[str, float]:
         """Extra per-epoch metrics, e.g. the share of data in use."""
@@ -137,6 +141,8 @@ def fit(
     if cfg.ema_decay > 0 and state.average is None:
         state.average = WeightAverage(state.model, cfg.ema_decay)
     parts = state.time_parts
+    order = monitor.sample_order(data.val.y)
+    watched = {e + d for e in plan.growth_epochs() for d in (-1, 0)} | {cfg.epochs - 1}
     for epoch in range(state.epoch, cfg.epochs):
         epoch_start = time.perf_counter()
         before = dict(parts)
@@ -192,8 +198,13 @@ def fit(
                 plan.record_losses(stats.order, stats.losses)
         scored = forward if state.average is None else state.average.model
         with timing.timed(parts, "val"):
-            val = evaluate_split(scored, data.val, cfg.eval_batch_size, precision=state.precision)
-            by_tier = tier_accuracies(val, val_tiers, "val")
+            whole = epoch in watched or bool(events) or data.noisy or (meter is not None and meter.exhausted)
+            n_val = monitor.examples_to_read(cfg.monitor_share, stats.examples, len(data.val), whole)
+            read = order[:n_val] if n_val < len(data.val) else None
+            split = data.val if read is None else monitor.take(data.val, read)
+            val = evaluate_split(scored, split, cfg.eval_batch_size, precision=state.precision)
+            tiers = val_tiers if read is None or val_tiers is None else val_tiers[read]
+            by_tier = tier_accuracies(val, tiers, "val")
         state.global_step += stats.steps
         state.cumulative_train_flops += flops["train"] * stats.examples
         params = count_parameters(state.model)
@@ -207,6 +218,7 @@ def fit(
             "val/acc": val.acc,
             # a network that predicts one class for everything has died (pipeline/training/health.py)
             "val/top_class_share": health.top_share(val.predictions),
+            "val/examples": len(split),
             **by_tier,
             "train/lr": stats.lr,
             "train/examples": stats.examples,
