@@ -6,8 +6,9 @@ validates on a fixed, class-interleaved sample of the validation split, sized as
 examples the epoch trained (at least ``MONITOR_FLOOR``), and on the whole split where a number
 is read off: the last epoch (final/val_acc), the epochs on each side of a scheduled growth event
 (the growth dip), an epoch its budget ends, and every epoch of a run with label noise (its probes
-read the whole split). Full-data runs of this project validate on the whole split every epoch
-anyway: 15% of a 55,000-example epoch is more than the 5,000 validation examples.
+read the whole split). An epoch on all of a full dataset reads the whole split anyway (15% of
+Fashion-MNIST's 55,000 training examples is more than its 5,000 validation examples); the
+curriculum's first epochs, on a third and two thirds of it, read a sample.
 
 The sample is the same examples every epoch (and for every run on the same data), so the change
 from one epoch to the next is the network's, not the sample's. ``val/examples`` logs how many
