@@ -12,8 +12,11 @@ fits it. Everything that is a function of the run's length then follows E: the c
 rate, named growth schedules, schedules and tier boundaries written in epochs (they are written
 for ``--epochs`` and scaled to E, so a schedule written for 12 epochs means the same at 24), the
 curriculum's stages and pruning's annealing tail. While it trains, a FLOPs or seconds run also
-stops before a step that would overrun its budget, so it never spends more than it was given;
-the budget used and why the run stopped are logged.
+stops before a step that would overrun its budget, so it never spends more than it was given
+(a seconds run predicts each step from its own measured rate and keeps back what its last epoch
+trained outside the steps; only a growth event's seconds, at the start of an epoch, are not
+predicted); the budget
+used and why the run stopped are logged.
 
 The planned cost is exact for FLOPs up to loss-aware pruning, whose share is known only as the
 run goes (the plan assumes ``PRUNED_SHARE_PLANNED`` of the pruning rate). For seconds, each
@@ -158,6 +161,9 @@ class BudgetMeter:
     # seconds per example of this run's steps so far: the next step's predicted cost, so that
     # the step that would overrun is not taken (its seconds are only known once it is paid)
     seconds_per_example: float = 0.0
+    # seconds that trained outside the steps in the last epoch (the diet's bookkeeping, growth,
+    # the epoch's set-up), kept back so that what follows the last step paid still fits
+    reserve_s: float = 0.0
 
     def allows(self, examples_done: int, next_batch: int, flops_per_example: float, elapsed_s: float) -> bool:
         if self.budget.unit == "flops":
@@ -165,7 +171,7 @@ class BudgetMeter:
         elif self.budget.unit == "seconds":
             if examples_done:
                 self.seconds_per_example = elapsed_s / examples_done
-            cost = self.spent + elapsed_s + self.seconds_per_example * next_batch
+            cost = self.spent + elapsed_s + self.seconds_per_example * next_batch + self.reserve_s
         else:
             return True
         if cost > self.budget.amount * (1 + 1e-9):  # float sums of exact costs may round up

@@ -11,20 +11,21 @@ more training. This trains, per seed and side by side (arms in a random order pe
   cheaper epochs buy more of them, and its schedule, curriculum and learning rate scale with
   the epochs the budget buys (``--budget``);
 - ``dynamic-12ep``: train_dynamic at the static run's 12 epochs (the equal-epochs comparison);
-- ``dynamic-same-time``: train_dynamic given the same seed's static-12 run's training seconds
-  (``--budget run:ID:s``): the comparison at equal wall-clock, on this machine.
+- ``dynamic-same-time``: train_dynamic given the seconds that trained of the same seed's static-12
+  run (``--budget run:ID:s``): the comparison at equal seconds, on this machine.
 
 ``--reuse a.json,b.json`` takes the runs of earlier outputs as they are and trains only the
 missing arms, so one frontier can be trained in parts (two processes with one thread each) and
 joined: with nothing missing, only the summary and the plot are written. ``--dynamic-fractions``
-gives the dynamic arm its own budgets; ``--lever`` names a set of options
-from ``scripts/bench_levers.py`` (a recipe for both arms, curriculum and growth options for the
+gives the dynamic arm its own budgets; ``--lever`` names a set of options from
+``scripts/bench_levers.py`` (a recipe for both arms, curriculum and growth options for the
 dynamic one), chosen there on the tuning seeds.
 
 Every run is evaluated on the test split through ``evaluate`` (the pipeline's own step). The
 output (``--output-dir``: ``frontier.json``, ``frontier.png``) holds per arm and budget the mean
-test accuracy with its 95% interval over seeds, mean training wall-clock (``time/cumulative_s``:
-the epoch loop with its validation passes, not MLflow logging) and training FLOPs, and prints
+test accuracy with its 95% interval over seeds, mean seconds that trained (``train_s``: the step,
+growth and the diet, what ``--budget Ns`` counts; rows from before then, the epoch loop with its
+validation) and training FLOPs, and prints
 
 (a) the wall-clock ratio at which dynamic first reaches static-12's mean test accuracy (linear
     interpolation along dynamic's mean frontier; the FLOPs ratio beside it);
@@ -74,6 +75,8 @@ from pipeline.run_length import static_training_flops
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
 from pipeline.training.config import TrainConfig
+from pipeline.training.timing import trained_s
+from scripts.bench_common import write_json
 from scripts.bench_dynamic import REPORT_SEEDS, TUNING_SEEDS, machine, scores_with_cost, warm_up
 from scripts.bench_frontier_figure import plot
 from scripts.bench_frontier_findings import health_counts, print_findings
@@ -81,7 +84,6 @@ from scripts.bench_frontier_tiers import by_tier, test_by_tier
 from scripts.bench_levers import LEVERS, grown_into, retires_easy
 
 REFERENCE_EPOCHS = 12
-SUMMARISED = ("test_acc", "train_s", "flops", "epochs")
 
 
 def run_one(call) -> dict:
@@ -93,7 +95,9 @@ def run_one(call) -> dict:
         "growth_dip": run.data.metrics.get("growth/dip_worst"),
         "epochs": outcome.state.epoch,
         "val_acc": outcome.state.history[-1]["val/acc"],
-        "train_s": outcome.state.cumulative_s,
+        "train_s": trained_s(outcome.state.time_parts),  # what a seconds budget counts
+        "wall_s": outcome.state.cumulative_s,  # the epoch loop with its validation passes
+        "trained_share": run.data.metrics.get("time/trained_share"),
         "flops": outcome.state.cumulative_train_flops,
         "stop_reason": outcome.state.stop_reason,
         "loadavg_before": list(os.getloadavg()),
@@ -131,13 +135,6 @@ def reused_runs(
             rows[key] = r
         files.append(earlier)
     return rows, files
-
-
-def write_json(path: Path, content: dict) -> None:
-    """Write ``content`` whole or not at all: a stop mid-write leaves the previous file intact."""
-    partial = path.with_suffix(path.suffix + ".partial")
-    partial.write_text(json.dumps(content, indent=2))
-    partial.replace(path)
 
 
 def cheapest_static_covering(static: list[dict], flops: float) -> float | None:
@@ -410,7 +407,7 @@ def main(
         "health": health_counts(runs),
         "static_12_flops": static_12,
         "accuracy": accuracy(),
-        "clock": "time/cumulative_s: epoch loop with validation passes; not MLflow logging or checkpoints",
+        "clock": "seconds that trained (pipeline/training/timing.py); rows without wall_s: the epoch loop",
         "score_difficulty": scoring,
         "score_difficulty_amortised_per_dynamic_run": {
             "seconds": scoring["seconds"] / n_dynamic,

@@ -30,11 +30,11 @@ def bench(tracking, *args: str) -> subprocess.CompletedProcess:
 
 
 def second_pass(tracking, first: list[str], reuse: str, output_dir) -> subprocess.CompletedProcess:
-    """bench_frontier on the first pass's data and seeds, static at 1/2 and 1, no dynamic budgets."""
+    """bench_frontier on the first pass's data and seeds, static at 3/4 and 1, no dynamic budgets."""
     return bench(
         tracking,
         *first[:4],
-        *("--fractions", "0.5,1", "--dynamic-fractions", "none"),
+        *("--fractions", "0.75,1", "--dynamic-fractions", "none"),
         *("--reuse", reuse, "--output-dir", str(output_dir)),
     )
 
@@ -60,6 +60,9 @@ def test_the_frontier_pairs_each_seeds_same_time_run_with_its_static_run(trackin
         assert mine["dynamic-same-time"]["budget"] == f"run:{static}:s"
         budget = client.get_run(mine["dynamic-same-time"]["run_id"]).data.params["budget"].strip("'")
         assert budget == f"run:{static}:s"
+        # given the static run's seconds that trained, never more; its validation is not charged
+        assert mine["dynamic-same-time"]["train_s"] <= mine["static"]["train_s"]
+        assert all(0 < row["trained_share"] < 1 and row["wall_s"] > row["train_s"] for row in mine.values())
         for row in mine.values():  # accuracy is evaluate's, on the test split
             assert row["test_acc"] == client.get_run(row["run_id"]).data.metrics["test/acc"]
     ratios = [
@@ -78,27 +81,27 @@ def test_the_frontier_pairs_each_seeds_same_time_run_with_its_static_run(trackin
     grown = json.loads((more / "frontier.json").read_text())
     before = {(r["seed"], r["arm"], r["fraction"]): r for r in runs}
     after = {(r["seed"], r["arm"], r["fraction"]): r for r in grown["runs"]}
-    assert set(after) == set(before) | {(100, "static", 0.5), (101, "static", 0.5)}
+    assert set(after) == set(before) | {(100, "static", 0.75), (101, "static", 0.75)}
     assert all(after[k] == before[k] for k in before)  # reused, not retrained
     for seed in (100, 101):
-        half = after[(seed, "static", 0.5)]
+        half = after[(seed, "static", 0.75)]
         assert (
-            half["epochs"] == 6
+            half["epochs"] == 9
             and half["test_acc"] == client.get_run(half["run_id"]).data.metrics["test/acc"]
         )
-    # (f): the 12-epoch grown network spent less than half of static-12's FLOPs, so static at
-    # 1/2 is the cheapest budget that gets no less, and the pair is taken seed by seed.
+    # (f): the 12-epoch grown network spent less than 3/4 of static-12's FLOPs, so static at
+    # 3/4 is the cheapest budget that gets no less, and the pair is taken seed by seed.
     against = grown["f_equal_epochs_against_static_at_its_cost"]
     twelve = [after[(seed, "dynamic-12ep", 1.0)] for seed in (100, 101)]
-    halves = [after[(seed, "static", 0.5)] for seed in (100, 101)]
+    halves = [after[(seed, "static", 0.75)] for seed in (100, 101)]
     assert all(d["flops"] < h["flops"] for d, h in zip(twelve, halves))
-    assert against["static_fraction"] == 0.5
+    assert against["static_fraction"] == 0.75
     expected = paired_test([r["test_acc"] for r in twelve], [r["test_acc"] for r in halves])
     assert against["test_points"]["mean_diff"] == pytest.approx(100 * expected["mean_diff"])
     assert against["flops_ratio"]["mean"] == pytest.approx(
         sum(d["flops"] / h["flops"] for d, h in zip(twelve, halves)) / 2
     )
-    assert "(f) dynamic at 12 epochs against static at 0.5x static-12's FLOPs" in again.stdout
+    assert "(f) dynamic at 12 epochs against static at 0.75x static-12's FLOPs" in again.stdout
     assert report["f_equal_epochs_against_static_at_its_cost"] is None  # static at 1 only
     assert "(f) not measured" in result.stdout
 
@@ -173,14 +176,15 @@ def test_f_sets_the_grown_network_against_the_cheapest_static_budget_that_spent_
 
 def test_another_levers_file_lends_only_its_static_runs_and_only_with_the_same_recipe(tmp_path):
     from scripts.bench_frontier import reused_runs
-    from scripts.bench_levers import LEVERS
+    from scripts.bench_levers import LEVERS, retires_easy
 
-    def frontier(name: str) -> str:
+    def frontier(name: str, before_the_diet_changed: bool = False) -> str:
         path = tmp_path / f"{name}.json"
         runs = [
             {"seed": 100, "arm": arm, "fraction": 1.0, "run_id": arm} for arm in ("static", "dynamic-12ep")
         ]
         lever = {"name": name, "options": LEVERS[name]}
+        lever |= {} if before_the_diet_changed else {"retire_easy": retires_easy(name)}
         path.write_text(json.dumps({"lever": lever, "subset": 0, "runs": runs}))
         return str(path)
 
@@ -188,6 +192,11 @@ def test_another_levers_file_lends_only_its_static_runs_and_only_with_the_same_r
     assert set(rows) == {(100, "static", 1.0)}
     rows, _ = reused_runs(frontier("noise1"), "noise1", 0)
     assert set(rows) == {(100, "static", 1.0), (100, "dynamic-12ep", 1.0)}
+    # A file from before --retire-easy: its `base` runs retired the easy tier, so they are not
+    # this `base`'s; its static runs still are (and, as another lever's, for `retire` too).
+    for lever in ("base", "retire"):
+        rows, _ = reused_runs(frontier("base", before_the_diet_changed=True), lever, 0)
+        assert set(rows) == {(100, "static", 1.0)}
     with pytest.raises(
         click.UsageError, match="lever smooth, subset 0, fashion-mnist; this run has lever noise1"
     ):

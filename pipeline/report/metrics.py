@@ -25,6 +25,10 @@ METRICS: dict[str, MetricInfo] = {
     "test/loss": MetricInfo("test loss", "plain", False),
     "val/acc": MetricInfo("final validation accuracy", "acc", True),
     "time/total_s": MetricInfo("wall-clock", "seconds", False),
+    # The seconds of the training step, growth and the diet (pipeline/training/timing.py): what an
+    # equal-seconds budget gives both arms; validation and logging are left out.
+    "time/trained_s": MetricInfo("seconds that trained", "seconds", False),
+    "time/trained_share": MetricInfo("share of the seconds that trained", "acc", True),
     TIME_TO_TARGET: MetricInfo("time to target validation accuracy", "seconds", False),
     "train/flops_cumulative": MetricInfo("training FLOPs", "flops", False),
     "test/infer_ms_per_example": MetricInfo("inference time per example", "ms", False),
@@ -36,7 +40,13 @@ METRICS: dict[str, MetricInfo] = {
     "noise/train_acc_flipped_noisy": MetricInfo("flipped training labels: memorised", "acc", False),
 }
 NOISE_METRICS = ("noise/train_acc_flipped_original", "noise/train_acc_flipped_noisy")
-COST_METRICS = ("time/total_s", TIME_TO_TARGET, "train/flops_cumulative", "test/infer_ms_per_example")
+COST_METRICS = (
+    "time/total_s",
+    "time/trained_s",
+    TIME_TO_TARGET,
+    "train/flops_cumulative",
+    "test/infer_ms_per_example",
+)
 
 
 def fmt(kind: str, value: float, diff: bool = False) -> str:

@@ -184,7 +184,9 @@ def _cost(comp: pd.DataFrame, groups: list[Group], paths: ReportPaths) -> list[B
         "Time to target: the cumulative training time (seconds, this machine) of the first "
         f"epoch whose validation accuracy reached the target. The target is {target}; runs that "
         "never reached it are left out of the mean ('reached' counts them), and "
-        "a variant with no matched baseline has no target."
+        "a variant with no matched baseline has no target. Seconds that trained: the training "
+        "step, growth and the curriculum's bookkeeping, not validation, logging or checkpoints "
+        "(runs from before they were counted apart show n/a)."
     )
     rows = []
     for g in groups:
@@ -195,6 +197,8 @@ def _cost(comp: pd.DataFrame, groups: list[Group], paths: ReportPaths) -> list[B
             [
                 g.label,
                 interval("seconds", _cell(comp, g.label, "time/total_s")),
+                interval("seconds", _cell(comp, g.label, "time/trained_s")),
+                interval("acc", _cell(comp, g.label, "time/trained_share")),
                 fmt("acc", g.target),
                 interval("seconds", ttt)
                 if ttt is not None
@@ -204,8 +208,8 @@ def _cost(comp: pd.DataFrame, groups: list[Group], paths: ReportPaths) -> list[B
                 interval("ms", _cell(comp, g.label, "test/infer_ms_per_example")),
             ]
         )
-    head = ["variant", "wall-clock", "target val acc", "time to target", "reached", "training FLOPs",
-            "inference / example"]  # fmt: skip
+    head = ["variant", "wall-clock", "seconds that trained", "share trained", "target val acc",
+            "time to target", "reached", "training FLOPs", "inference / example"]  # fmt: skip
     return [
         ("h", 2, "Cost"),
         ("p", text),

@@ -196,6 +196,13 @@ def fit(
         if stats.losses is not None:
             with timing.timed(parts, "diet"):
                 plan.record_losses(stats.order, stats.losses)
+        if meter is not None and meter.budget.unit == "seconds":
+            # What trained outside the steps (the diet's bookkeeping, growth, the epoch's set-up)
+            # is kept back; and a next epoch that could not pay its first step is not begun:
+            # this one is the last (validated whole).
+            meter.reserve_s = timing.trained_s(parts) - timing.trained_s(before) - stats.seconds
+            meter.spent = timing.trained_s(parts)
+            meter.allows(0, cfg.batch_size, flops["train"], 0.0)
         scored = forward if state.average is None else state.average.model
         with timing.timed(parts, "val"):
             whole = epoch in watched or bool(events) or data.noisy or (meter is not None and meter.exhausted)
