@@ -98,6 +98,7 @@ def run_one(call) -> dict:
         "train_s": trained_s(outcome.state.time_parts),  # what a seconds budget counts
         "wall_s": outcome.state.cumulative_s,  # the epoch loop with its validation passes
         "trained_share": run.data.metrics.get("time/trained_share"),
+        "budget_used_fraction": run.data.metrics.get("budget/used_fraction"),
         "flops": outcome.state.cumulative_train_flops,
         "stop_reason": outcome.state.stop_reason,
         "loadavg_before": list(os.getloadavg()),
