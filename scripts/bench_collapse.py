@@ -69,6 +69,7 @@ def one_run(data_cfg: DataConfig, lever: str, seed: int, precision: str, scores_
         "val_acc": [m.value for m in sorted(history, key=lambda m: m.step)],
         "stop_reason": run.data.tags.get("stop_reason", ""),
         "precision": run.data.tags.get("precision_resolved", precision),
+        "scores_run": run.data.tags.get("scores_run_id", ""),
         "train_s": run.data.metrics.get("time/cumulative_s"),
         "flops": run.data.metrics.get("train/flops_cumulative"),
     }
