@@ -144,7 +144,7 @@ def test_the_conclusion_opens_with_the_answer_on_both_axes(tracking, tmp_path):
         ids.append(_record_costs("dynamic-default", seed, dyn_acc, dyn_s, 4e11 * (1 + seed / 100)))
     paths = build_report(*collect_runs(ids), tmp_path / "report")
     md = paths.report_md.read_text(encoding="utf-8")
-    first = md.split("## Conclusion\n\n- ", 1)[1].splitlines()[0]
+    first = md.split("## Conclusion\n", 1)[1].split("\n- ", 1)[1].splitlines()[0]
     assert first.startswith("**dynamic-default** vs static (3 seeds paired): training wall-clock 0.50×")
     assert "(95% CI 0.4" in first and "): faster; training FLOPs 0.40× (95% CI" in first
     assert "cheaper; test accuracy +0.33 pp (95% CI -1.56 pp to +2.23 pp)" in first

@@ -194,6 +194,16 @@ def check_words(md):
     first = better.split(";")[0]  # the test/acc (all) clause
     assert "significant: dynamic-default+tiers is better" in first and "within noise" not in first
     assert "within noise" in noise.split(";")[0] and "significant" not in noise.split(";")[0]
+    # The answer at a glance opens the Conclusion: one row per variant against its static twin.
+    answer_table = md.split("## Conclusion")[1].split("\n- ")[0]
+    assert (
+        "| variant | against | seeds | time | FLOPs | test accuracy | matched on | verdict |" in answer_table
+    )
+    row = next(line for line in answer_table.splitlines() if line.startswith("| dynamic-default+tiers |"))
+    assert row.startswith(
+        "| dynamic-default+tiers | static | 3 | 0.40× (0.40-0.40) | 1.00× (1.00-1.00) | +5.50 pp"
+    )
+    assert row.endswith("| equal length | better |")
     cost = md.split("## Cost")[1].split("\n## ")[0]
     assert "| seconds that trained | share trained |" in cost
     static_row = next(line for line in cost.splitlines() if line.startswith("| static |"))
@@ -362,3 +372,12 @@ def test_report_has_an_early_exits_section_for_runs_with_exits(tracking, tmp_pat
     assert "0.25x [0.25, 0.25]" in rows[0] and "2.00x" in rows[0] and "90.00%" in rows[0]
     assert "easy at exit 1" in section and "medium at exit 1" not in section
     assert paths.exit_curves_png.is_file() and paths.exit_curves_png in paths.files()
+
+
+def test_a_ratio_too_wide_to_read_says_so_instead_of_a_headline():
+    from pipeline.report.wording import _ratio_cell
+
+    row = pd.Series({"paired_ratio": 1.91, "ratio_ci_low": 0.35, "ratio_ci_high": 10.41, "n_pairs": 3})
+    assert _ratio_cell(row) == "too noisy to read (0.35-10.41)"
+    assert _ratio_cell(row.copy().replace({10.41: 1.2})) == "1.91× (0.35-1.20)"
+    assert _ratio_cell(None) == "n/a"

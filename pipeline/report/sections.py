@@ -18,6 +18,8 @@ from pipeline.report.metrics import METRICS, NOISE_METRICS, TIERS, TIME_TO_TARGE
 from pipeline.report.paths import ReportPaths
 from pipeline.report.runs import COMPARABILITY_KEYS
 from pipeline.report.wording import (
+    ANSWER_HEAD,
+    answer_table,
     comparison_bullets,
     conclusion,
     duplicate_lines,
@@ -93,7 +95,8 @@ def _figure(paths: ReportPaths, name: str) -> list[Block]:
 
 def _conclusion(comp: pd.DataFrame, groups: list[Group], ordering: Sequence[dict]) -> list[Block]:
     caveats = {g.label: g.health_caveat() for g in groups if g.health_caveat()}
-    said = health_lines(groups) + duplicate_lines(groups) + conclusion(comp, ordering, caveats)
+    warned = health_lines(groups) + duplicate_lines(groups)  # before any number
+    said = conclusion(comp, ordering, caveats)
     unfinished = [
         r for g in groups for _, r in g.runs.iterrows() if r.get("status", "FINISHED") != "FINISHED"
     ]
@@ -102,7 +105,10 @@ def _conclusion(comp: pd.DataFrame, groups: list[Group], ordering: Sequence[dict
         said.append(
             f"Caution: {len(unfinished)} run(s) did not finish; their last logged values are used: {ids}."
         )
-    blocks: list[Block] = [("h", 2, "Conclusion"), ("ul", said)]
+    blocks: list[Block] = [("h", 2, "Conclusion")] + ([("ul", warned)] if warned else [])
+    if answers := answer_table(comp, caveats):  # the answer at a glance, before its words
+        blocks.append(("table", ANSWER_HEAD, answers))
+    blocks.append(("ul", said))
     if bullets := comparison_bullets(comp, groups):
         blocks += [("h", 3, "Each variant against its matched static baseline"), ("ul", bullets)]
     return blocks

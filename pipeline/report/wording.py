@@ -145,6 +145,54 @@ def _answer(comp: pd.DataFrame, caveats: dict[str, str]) -> list[str]:
     return lines
 
 
+# A ratio whose interval spans more than this factor says nothing about which arm is cheaper.
+NOISY_RATIO_SPAN = 4.0
+ANSWER_HEAD = ["variant", "against", "seeds", "time", "FLOPs", "test accuracy", "matched on", "verdict"]
+
+
+def answer_table(comp: pd.DataFrame, caveats: dict[str, str]) -> list[list[str]]:
+    """The answer as one row per variant with a matched static baseline (``ANSWER_HEAD``): the
+    time ratio (seconds that trained where logged, else wall-clock) and FLOPs ratio with their
+    intervals, the paired test-accuracy difference, and one word for the accuracy: better,
+    worse, tie (the interval holds 0) or ? (one seed: no interval)."""
+    table = []
+    paired = comp[comp["baseline"].fillna("") != ""]
+    for group in dict.fromkeys(paired["group"]):
+        rows = {r["metric"]: r for _, r in paired[paired["group"] == group].iterrows()}
+        if "test/acc" not in rows:
+            continue
+        acc = rows["test/acc"]
+        time_row = rows.get("time/trained_s", rows.get("time/total_s"))
+        text, said = _acc_difference(acc, "better", "worse", "tie")
+        marked = " ⚠" if group in caveats or acc["baseline"] in caveats else ""
+        at = str(acc.get("pairing", "")) or "equal training length"
+        table.append(
+            [
+                group,
+                str(acc["baseline"]),
+                str(max(int(r["n_pairs"]) for r in rows.values())),
+                _ratio_cell(time_row),
+                _ratio_cell(rows.get("train/flops_cumulative")),
+                text + marked,
+                at,
+                said or "?",
+            ]
+        )
+    return table
+
+
+def _ratio_cell(row: pd.Series | None) -> str:
+    """A paired ratio and its interval, or what it is when the interval is too wide to read."""
+    if row is None or not np.isfinite(row["paired_ratio"]):
+        return "n/a"
+    ratio, lo, hi = row["paired_ratio"], row["ratio_ci_low"], row["ratio_ci_high"]
+    if row["n_pairs"] < 2 or not np.isfinite(lo):
+        return f"{ratio:.2f}×"
+    if lo > 0 and hi / lo > NOISY_RATIO_SPAN:
+        return f"too noisy to read ({lo:.2f}-{hi:.2f})"
+    return f"{ratio:.2f}× ({lo:.2f}-{hi:.2f})"
+
+
 def _pairing_phrase(pairing: str) -> str:
     """``comparison.csv``'s pairing as the answer says it."""
     unit = pairing.partition("(")[2].removesuffix(")")
