@@ -35,7 +35,6 @@ from models.schedule import named_schedule
 from models.spec import HEAD_ID, ArchSpec, SpecError, named_layers, validate
 from pipeline.cli import opt
 
-EXIT_MODES = ("none", "stages")
 # Candidate thresholds for calibration: every 0.01, then finer toward 1 (1 - 10^-2 .. 1 - 10^-6),
 # where a confident network's accurate thresholds lie. A calibration searches them on cached
 # logits, so a fine grid costs milliseconds.
