@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from models.builder import SpecNet, build_model
 from models.confidence import ConfidenceError, check_confidence
+from models.errors import UserError
 from models.spec import ArchSpec, SpecError
 
 SPEC_KEY = "arch_spec"
@@ -29,7 +30,7 @@ WEIGHTS = "weights"
 PREPROCESS = "preprocess"
 
 
-class ModelFileError(ValueError):
+class ModelFileError(UserError):
     """A model file that is missing, unreadable or disagrees with its own spec."""
 
 

@@ -40,11 +40,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from models.errors import UserError
 from models.layers import LAYER_TYPES, LAYERS
 from models.spec import HEAD_ID, ArchSpec, SpecError, infer_shapes, normalise_layer
 
 
-class GrowthError(ValueError):
+class GrowthError(UserError):
     """A schedule or growth event that cannot work; one line naming the event and the reason."""
 
 

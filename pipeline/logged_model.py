@@ -21,6 +21,7 @@ from mlflow.models import ModelSignature
 from mlflow.types import Schema, TensorSpec
 
 from models.builder import SpecNet
+from models.errors import UserError
 from models.io import PREPROCESS, WEIGHTS, save_model
 from pipeline.data.dataset import Data
 
@@ -33,7 +34,7 @@ CHAMPION = "champion"
 REQUIREMENTS = (("mlflow", "mlflow-skinny"), ("torch",), ("numpy",), ("safetensors",))
 
 
-class ServingRequirementError(RuntimeError):
+class ServingRequirementError(UserError, RuntimeError):
     """An installed package the logged model must pin cannot be found; raised before training."""
 
 

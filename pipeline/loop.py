@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from models.errors import UserError
 from pipeline.data.augment import augment_batch, mixup_batch
 from pipeline.data.dataset import Split
 from pipeline.exits import deep_supervision_loss
@@ -28,11 +29,11 @@ from pipeline.precision import autocast
 DIVERGENCE_CHECK_EVERY = 25
 
 
-class DeviceError(ValueError):
+class DeviceError(UserError):
     """A ``--device`` this machine does not have or that is not a device name."""
 
 
-class DivergenceError(RuntimeError):
+class DivergenceError(UserError, RuntimeError):
     """The loss became NaN or infinite; names the epoch and step."""
 
     def __init__(self, epoch: int, step: int, value: float):

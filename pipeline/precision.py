@@ -25,11 +25,13 @@ from pathlib import Path
 
 import torch
 
+from models.errors import UserError
+
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-class PrecisionError(ValueError):
+class PrecisionError(UserError):
     """A precision this machine cannot run (fast); the message names what to use instead."""
 
 

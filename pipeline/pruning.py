@@ -19,11 +19,13 @@ import math
 
 import torch
 
+from models.errors import UserError
+
 # Seeds the per-epoch draw: seed * SEED_STRIDE + epoch keeps every (seed, epoch) apart.
 SEED_STRIDE = 1_000_003
 
 
-class PruningError(ValueError):
+class PruningError(UserError):
     """A pruning option that cannot work; the message names it."""
 
 

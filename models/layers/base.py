@@ -8,10 +8,12 @@ from typing import Any
 
 from torch import nn
 
+from models.errors import UserError
+
 Shape = tuple[int, ...]
 
 
-class SpecError(ValueError):
+class SpecError(UserError):
     """A spec that cannot be built; the message names the layer and the reason."""
 
 

@@ -8,10 +8,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from models.errors import UserError
 from pipeline.difficulty.tiers import TIER_NAMES
 
 
-class CurriculumError(ValueError):
+class CurriculumError(UserError):
     """A curriculum option or input that cannot work; the message names it and the fix."""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from models.errors import UserError
 from pipeline.cli import opt
 
 BUILTIN_DATASETS = ("fashion-mnist", "mnist", "cifar10")
@@ -13,7 +14,7 @@ FOLDER_PREFIX = "folder:"
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".zip")
 
 
-class DataError(ValueError):
+class DataError(UserError):
     """Data that cannot be used; the message names the file or option and the fix."""
 
 

@@ -6,6 +6,8 @@ bug and keeps its traceback. A failed run says which in its ``failure_reason`` t
 
 from __future__ import annotations
 
+from models.errors import UserError
+
 FAILURE_TAG = "failure_reason"
 
 
@@ -29,40 +31,14 @@ def failure_reason(err: BaseException) -> str:
     return one_line(err) if isinstance(err, user_errors()) else f"{type(err).__name__}: {one_line(err)}"
 
 
-# Errors that are the user's to fix: they get one line and exit code 2, never a traceback.
-# Only the project's own types, raised where input is checked: a ValueError from anywhere else
-# is a bug and keeps its traceback (exit 1).
+# Errors that are the user's to fix get one line and exit code 2, never a traceback: the project's
+# own types, all derived from models.errors.UserError and raised where input is checked. A
+# ValueError from anywhere else is a bug and keeps its traceback (exit 1).
 def user_errors() -> tuple[type[BaseException], ...]:
-    from models.io import ModelFileError
-    from models.schedule import GrowthError
-    from models.spec import SpecError
-    from pipeline.curriculum.checks import CurriculumError
-    from pipeline.data.config import DataError
-    from pipeline.logged_model import ServingRequirementError
-    from pipeline.loop import DeviceError, DivergenceError
-    from pipeline.precision import PrecisionError
-    from pipeline.pruning import PruningError
-    from pipeline.training.checkpoints import CheckpointError
-    from pipeline.training.config import ConfigError
-
-    return (
-        DataError,
-        SpecError,
-        GrowthError,
-        ConfigError,  # BudgetError too
-        CurriculumError,
-        PruningError,
-        CheckpointError,
-        ModelFileError,
-        DivergenceError,
-        DeviceError,
-        PrecisionError,
-        ServingRequirementError,  # a package the logged model must pin is not installed
-        UpstreamError,
-    )
+    return (UserError,)
 
 
-class UpstreamError(ValueError):
+class UpstreamError(UserError):
     """An upstream run or artifact that is missing or does not fit this step's data."""
 
 

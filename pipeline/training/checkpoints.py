@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from models.builder import build_model
+from models.errors import UserError
 from models.spec import ArchSpec
 from pipeline.loop import place_model
 from pipeline.precision import PrecisionError, resolve_precision
@@ -55,7 +56,7 @@ def save_checkpoint(path: Path, state: FitState, plan: TrainingPlan, cfg: TrainC
     return path
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint that is missing, truncated or does not fit."""
 
 

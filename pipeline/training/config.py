@@ -10,13 +10,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from models.errors import UserError
 from pipeline.cli import opt, option_name
 from pipeline.data.augment import AUGMENTATIONS
 from pipeline.loop import pick_device
 from pipeline.precision import PRECISIONS, resolve_precision
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """An option value that cannot work; the message names the option."""
 
 
