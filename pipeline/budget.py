@@ -19,20 +19,22 @@ predicted); the budget
 used and why the run stopped are logged.
 
 The planned cost is exact for FLOPs up to loss-aware pruning, whose share is known only as the
-run goes (the plan assumes ``PRUNED_SHARE_PLANNED`` of the pruning rate). For seconds, each
-spec of the run is timed for a few steps first (``calibrate_seconds``).
+run goes (the plan assumes ``PRUNED_SHARE_PLANNED`` of the pruning rate). Seconds cannot be
+planned that well: each spec is timed through the training loop for a few batches first
+(``run_length.seconds_per_example``), a machine's speed drifts, and whole epochs would leave up
+to one unspent. So a seconds run plans one epoch more than fits (``SECONDS_MARGIN_EPOCHS``), its
+learning rate follows whichever is further on, its steps or its clock (the share of its seconds
+spent), and its meter ends it where the seconds end, in whichever epoch that is: it spends its
+seconds, never more, and its rate has annealed there. Growth events and curriculum stages stay
+at the epochs planned.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import torch
-from torch import nn
 
 from pipeline.training.config import ConfigError
 
@@ -45,6 +47,7 @@ RUN_METRICS = {"flops": "train/flops_cumulative", "seconds": "time/cumulative_tr
 # that is about two thirds of them (--prune 0.3 logged curriculum/pruned_share 0.18-0.22).
 PRUNED_SHARE_PLANNED = 2 / 3
 MAX_EPOCHS = 10_000
+SECONDS_MARGIN_EPOCHS = 1
 _NUMBER = r"[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?"
 _AMOUNT = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z]+)\s*$")
 _RUN = re.compile(rf"^\s*run:([0-9A-Za-z_-]+)(?::([a-z]+))?(?:\s*\*\s*({_NUMBER}))?\s*$")
@@ -126,27 +129,6 @@ def scale_epoch(epoch: int, written_for: int, epochs: int) -> int:
     return max(0, min(epochs, math.floor(epoch * epochs / written_for + 0.5)))
 
 
-def calibrate_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 4) -> float:
-    """Seconds per training example of ``model`` (a copy is trained, so ``model`` is untouched),
-    timed over ``steps`` steps of the batch ``x``, ``y`` after one warm-up step."""
-    import copy
-
-    probe = copy.deepcopy(model).train()
-    optimizer = torch.optim.SGD(probe.parameters(), lr=0.0)
-    times = []
-    for i in range(steps + 1):
-        start = time.perf_counter()
-        loss = nn.functional.cross_entropy(probe(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if x.device.type == "cuda":
-            torch.cuda.synchronize()
-        if i:
-            times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2] / len(x)
-
-
 @dataclass
 class BudgetMeter:
     """The stop rule while training: can the next step of ``examples`` examples still be paid?
@@ -164,6 +146,9 @@ class BudgetMeter:
     # seconds that trained outside the steps in the last epoch (the diet's bookkeeping, growth,
     # the epoch's set-up), kept back so that what follows the last step paid still fits
     reserve_s: float = 0.0
+    # the share of a seconds budget spent at the last check: the learning rate's progress, so
+    # the schedule follows the clock and anneals where the seconds end (0 for other units)
+    progress: float = 0.0
 
     def allows(self, examples_done: int, next_batch: int, flops_per_example: float, elapsed_s: float) -> bool:
         if self.budget.unit == "flops":
@@ -171,6 +156,7 @@ class BudgetMeter:
         elif self.budget.unit == "seconds":
             if examples_done:
                 self.seconds_per_example = elapsed_s / examples_done
+            self.progress = min(1.0, (self.spent + elapsed_s) / self.budget.amount)
             cost = self.spent + elapsed_s + self.seconds_per_example * next_batch + self.reserve_s
         else:
             return True

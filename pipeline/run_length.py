@@ -7,6 +7,7 @@ budget (``pipeline/budget.py``) and returns the run's pieces built for it.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
@@ -21,19 +22,21 @@ from models.flops import flops_per_example
 from models.schedule import NAMED_SCHEDULES, GrowthEvent, named_schedule, parse_schedule, spec_at_epoch
 from models.spec import ArchSpec
 from pipeline.budget import (
+    MAX_EPOCHS,
     PRUNED_SHARE_PLANNED,
     RUN_METRICS,
+    SECONDS_MARGIN_EPOCHS,
     Budget,
     BudgetError,
     BudgetMeter,
-    calibrate_seconds,
     epochs_for,
     parse_budget,
     scale_epoch,
 )
 from pipeline.data.dataset import Data
-from pipeline.loop import pick_device, place_model
+from pipeline.loop import pick_device, place_model, train_one_epoch
 from pipeline.plan import CurriculumConfig
+from pipeline.precision import grad_scaler
 from pipeline.training.config import TrainConfig
 
 
@@ -141,6 +144,8 @@ def resolve_run_length(
     else:
         one_step = train_cfg.batch_size * cost_per_example(start)
         epochs = epochs_for(budget, planned_cost, one_step)
+        if budget.unit == "seconds":  # the clock, not the plan, ends it (pipeline/budget.py)
+            epochs = min(MAX_EPOCHS, epochs + SECONDS_MARGIN_EPOCHS)
     cfg, events, final, setup = built(epochs)
     return RunLength(budget, cfg, events, final, setup)
 
@@ -152,6 +157,40 @@ def _examples(setup, epoch: int, epochs: int, n_train: int) -> float:
     if pruner is not None and pruner.active(epoch, epochs):
         n *= 1 - pruner.rate * PRUNED_SHARE_PLANNED
     return n
+
+
+CALIBRATION_BATCHES = 8
+
+
+def seconds_per_example(model: torch.nn.Module, split, cfg: TrainConfig, device: torch.device) -> float:
+    """Seconds per training example of ``model`` (a copy is trained at rate 0), timed through
+    the training loop itself on ``split`` after one untimed pass: the step and the loop's own
+    per-step work (augmentation, indexing, bookkeeping), which for a small network is much of
+    its time, where timing the bare step planned twice the epochs a budget bought."""
+    probe = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(probe.parameters(), lr=0.0)
+    precision = cfg.resolved_precision(device)
+    positions = torch.arange(len(split))
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(2):  # the first pass warms the allocator and the kernels up
+        stats = train_one_epoch(
+            probe, optimizer, split, positions, batch_size=cfg.batch_size, lr_at=lambda _p: 0.0,
+            epoch=0, epochs=1, global_step=0, generator=generator, augment=cfg.augment,
+            precision=precision, scaler=grad_scaler(precision, device),
+            label_smoothing=cfg.label_smoothing, mixup=cfg.mixup, clip_grad=cfg.clip_grad,
+        )  # fmt: skip
+    return stats.seconds / max(stats.examples, 1)
+
+
+def _first(split, n: int):
+    """The first ``n`` examples of a split."""
+    return dataclasses.replace(
+        split,
+        x=split.x[:n],
+        y=split.y[:n],
+        index=split.index[:n],
+        y_clean=None if split.y_clean is None else split.y_clean[:n],
+    )
 
 
 def _cost_per_example(budget: Budget, train_cfg: TrainConfig, data: Data) -> Callable[[ArchSpec], float]:
@@ -167,10 +206,10 @@ def _cost_per_example(budget: Budget, train_cfg: TrainConfig, data: Data) -> Cal
     def seconds(spec_json: str) -> float:
         device = pick_device(train_cfg.device)
         model = place_model(build_model(ArchSpec.from_dict(json.loads(spec_json))), device)
-        batch = min(train_cfg.batch_size, len(data.train))
-        x, y = data.train.x[:batch].to(device), data.train.y[:batch].to(device)
+        n = min(len(data.train), CALIBRATION_BATCHES * train_cfg.batch_size)
+        first = data.train.to(device) if n == len(data.train) else _first(data.train, n).to(device)
         with torch.random.fork_rng(devices=[]):
-            return calibrate_seconds(model, x, y)
+            return seconds_per_example(model, first, train_cfg, device)
 
     if budget.unit == "seconds":
         return lambda spec: seconds(spec.to_json())

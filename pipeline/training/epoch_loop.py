@@ -131,6 +131,11 @@ def fit(
     weights.
     """
     lr_at = functools.partial(learning_rate, cfg, state.trace)
+    if meter is not None and meter.budget.unit == "seconds":
+
+        def lr_at(steps_progress: float) -> float:  # the schedule follows the clock (budget.py)
+            return learning_rate(cfg, state.trace, max(steps_progress, meter.progress))
+
     flops = flops_per_example(state.model, data.input_shape)
     device = data.train.x.device
     scaler = grad_scaler(state.precision, device)
