@@ -439,7 +439,7 @@ def main(
     write_json(out / "frontier.json", result)
     name = "Fashion-MNIST" if dataset == "fashion-mnist" else Path(dataset.partition(":")[2]).name
     title = f"{name} ({subset or 'full'}), lever {lever}, seeds {seeds}, {result['device']}"
-    plot(frontier, reference, out / "frontier.png", title)
+    plot(frontier, reference, out / "frontier.png", title, runs)
     print_findings(result)
 
 

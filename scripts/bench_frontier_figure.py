@@ -11,10 +11,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 
-def plot(frontier: dict, reference: dict, path: Path, title: str) -> None:
-    """Test accuracy against wall-clock and against FLOPs: static's line, and dynamic's through
-    all its points (its budgets in FLOPs, its 12 epochs, static-12's seconds) with a marker for
-    how each was given; legend below."""
+def plot(frontier: dict, reference: dict, path: Path, title: str, runs: list[dict] = ()) -> None:
+    """Test accuracy against seconds and against FLOPs: static's line, and dynamic's through all
+    its points (its budgets in FLOPs, its 12 epochs, static-12's seconds) with a marker for how
+    each was given; legend below. The seconds are those that trained where every row of ``runs``
+    has them (``wall_s`` beside), the epoch loop's where none has."""
+    clocks = {"wall_s" in r for r in runs}
+    clock = "training wall-clock"
+    if clocks == {True}:
+        clock = "seconds that trained"
+    elif clocks == {True, False}:
+        clock = "seconds (that trained; the epoch loop's in older rows)"
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), constrained_layout=True)
     static, dynamic = "#1f77b4", "#d62728"
     markers = {
@@ -26,7 +33,7 @@ def plot(frontier: dict, reference: dict, path: Path, title: str) -> None:
     # FLOPs as a multiple of static-12's, on a log axis ticked at the benchmark's budgets.
     per = {"train_s": 1.0, "flops": 1.0 / reference["flops"]["mean"]}
     for ax, key, label in (
-        (axes[0], "train_s", "training wall-clock (s)"),
+        (axes[0], "train_s", f"{clock} (s)"),
         (axes[1], "flops", "training FLOPs, multiple of static-12's"),
     ):
         dynamic_points = sorted(
