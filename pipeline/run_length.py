@@ -182,17 +182,6 @@ def seconds_per_example(model: torch.nn.Module, split, cfg: TrainConfig, device:
     return stats.seconds / max(stats.examples, 1)
 
 
-def _first(split, n: int):
-    """The first ``n`` examples of a split."""
-    return dataclasses.replace(
-        split,
-        x=split.x[:n],
-        y=split.y[:n],
-        index=split.index[:n],
-        y_clean=None if split.y_clean is None else split.y_clean[:n],
-    )
-
-
 def _cost_per_example(budget: Budget, train_cfg: TrainConfig, data: Data) -> Callable[[ArchSpec], float]:
     """The budget unit's cost of training one example on a spec: its training FLOPs, or its
     measured seconds (timed once per spec on the run's device)."""
@@ -207,7 +196,7 @@ def _cost_per_example(budget: Budget, train_cfg: TrainConfig, data: Data) -> Cal
         device = pick_device(train_cfg.device)
         model = place_model(build_model(ArchSpec.from_dict(json.loads(spec_json))), device)
         n = min(len(data.train), CALIBRATION_BATCHES * train_cfg.batch_size)
-        first = data.train.to(device) if n == len(data.train) else _first(data.train, n).to(device)
+        first = data.train.take(torch.arange(n)).to(device)
         with torch.random.fork_rng(devices=[]):
             return seconds_per_example(model, first, train_cfg, device)
 

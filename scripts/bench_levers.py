@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run
 from models.schedule import final_spec, parse_schedule
 from models.spec import NAMED_SPECS, resolve_spec
 from pipeline import train_dynamic, train_static
+from pipeline.curriculum import diet
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
@@ -173,7 +174,7 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
 def retires_easy(lever: str) -> bool:
     """Whether the lever's dynamic runs retire the easy tier at the first growth (as every
     dynamic run did before ``--retire-easy`` existed: their files lack the key)."""
-    return DynamicCurriculumConfig(**LEVERS[lever][1]).retire_easy
+    return diet.retires_easy(DynamicCurriculumConfig(**LEVERS[lever][1]))
 
 
 def grown_into(start, schedule: str, data):

@@ -51,9 +51,9 @@ def growth_boundaries(events: list[GrowthEvent], retire_easy: bool = False) -> l
     learned on any dataset; the scorer's tiers only know what a small model found easy.
     Holding hard examples back until the network is complete left it too few epochs to catch
     up on Fashion-MNIST (1.35 points below static)."""
-    if not events:
+    first = first_growth(events)
+    if first is None:
         return None
-    first = min(event.epoch for event in events)
     return [first // 3, 2 * first // 3] + ([first] if retire_easy else [])
 
 

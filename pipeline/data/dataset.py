@@ -31,6 +31,12 @@ class Split:
         """(N,) bool: whether the label was flipped (all False on clean data)."""
         return torch.zeros_like(self.y, dtype=torch.bool) if self.y_clean is None else self.y != self.y_clean
 
+    def take(self, positions: torch.Tensor) -> Split:
+        """The examples at ``positions`` (indices into this split, on any device)."""
+        at = positions.to(self.x.device)
+        clean = None if self.y_clean is None else self.y_clean[at]
+        return Split(self.x[at], self.y[at], self.index[at], clean)
+
     def to(self, device: torch.device | str) -> Split:
         clean = None if self.y_clean is None else self.y_clean.to(device)
         return Split(self.x.to(device), self.y.to(device), self.index.to(device), clean)

@@ -56,11 +56,6 @@ class CrossFitResult:
     seconds: float
 
 
-def subset(split: Split, positions: torch.Tensor) -> Split:
-    positions = positions.to(split.x.device)
-    return Split(split.x[positions], split.y[positions], split.index[positions])
-
-
 def _snapshot(scorer: str, epochs: int) -> int | None:
     """When ``scorer`` reads a fold model: after that many epochs, or None for the trained model."""
     after = MODEL_SCORERS[scorer].after_epochs
@@ -119,7 +114,7 @@ def cross_fit(
     start = time.perf_counter()
     records = []
     for i, fold in enumerate(all_folds):
-        held_out = subset(train, fold.held_out)
+        held_out = train.take(fold.held_out)
         targets = {
             "train": (held_out, fold.held_out),
             **{name: (split, torch.arange(len(split))) for name, split in others.items()},

@@ -109,11 +109,21 @@ def conclusion(
 
 # The two axes the study asks about, in the order the answer gives them: cost as a ratio to
 # the matched static baseline (cheaper below 1), accuracy as a difference at equal epochs.
-# The seconds that trained stand for the wall-clock where runs logged them (validation and
-# logging are not the method's cost: pipeline/training/timing.py).
 ANSWER_COSTS = {"time/trained_s": ("seconds that trained", "faster", "slower"),
                 "time/total_s": ("training wall-clock", "faster", "slower"),
                 "train/flops_cumulative": ("training FLOPs", "cheaper", "costlier")}  # fmt: skip
+
+
+def _paired(comp: pd.DataFrame):
+    """Each variant with a matched static baseline and its comparison rows by metric, the
+    wall-clock's left out where the seconds that trained stand for it (validation and logging
+    are not the method's cost: pipeline/training/timing.py)."""
+    paired = comp[comp["baseline"].fillna("") != ""]
+    for group in dict.fromkeys(paired["group"]):
+        rows = {r["metric"]: r for _, r in paired[paired["group"] == group].iterrows()}
+        if "time/trained_s" in rows:
+            rows.pop("time/total_s", None)
+        yield group, rows
 
 
 def _answer(comp: pd.DataFrame, caveats: dict[str, str]) -> list[str]:
@@ -122,16 +132,14 @@ def _answer(comp: pd.DataFrame, caveats: dict[str, str]) -> list[str]:
     or at equal cost for runs whose budget was their static twin's cost), each with its 95% CI
     and a verdict."""
     lines = []
-    paired = comp[comp["baseline"].fillna("") != ""]
-    for group in dict.fromkeys(paired["group"]):
-        rows = {r["metric"]: r for _, r in paired[paired["group"] == group].iterrows()}
+    for group, rows in _paired(comp):
         if "test/acc" not in rows and not set(ANSWER_COSTS) & set(rows):
             continue
         n = max(int(r["n_pairs"]) for r in rows.values())
         base = next(iter(rows.values()))["baseline"]
         parts = []
         for metric, (title, good, bad) in ANSWER_COSTS.items():
-            if metric in rows and not (metric == "time/total_s" and "time/trained_s" in rows):
+            if metric in rows:
                 parts.append(f"{title} {_ratio_phrase(rows[metric], good, bad)}")
         if "test/acc" in rows:
             r = rows["test/acc"]
@@ -156,9 +164,7 @@ def answer_table(comp: pd.DataFrame, caveats: dict[str, str]) -> list[list[str]]
     intervals, the paired test-accuracy difference, and one word for the accuracy: better,
     worse, tie (the interval holds 0) or ? (one seed: no interval)."""
     table = []
-    paired = comp[comp["baseline"].fillna("") != ""]
-    for group in dict.fromkeys(paired["group"]):
-        rows = {r["metric"]: r for _, r in paired[paired["group"] == group].iterrows()}
+    for group, rows in _paired(comp):
         if "test/acc" not in rows:
             continue
         acc = rows["test/acc"]

@@ -213,7 +213,7 @@ def fit(
             whole = epoch in watched or bool(events) or data.noisy or (meter is not None and meter.exhausted)
             n_val = monitor.examples_to_read(cfg.monitor_share, stats.examples, len(data.val), whole)
             read = order[:n_val] if n_val < len(data.val) else None
-            split = data.val if read is None else monitor.take(data.val, read)
+            split = data.val if read is None else data.val.take(read)
             val = evaluate_split(scored, split, cfg.eval_batch_size, precision=state.precision)
             tiers = val_tiers if read is None or val_tiers is None else val_tiers[read]
             by_tier = tier_accuracies(val, tiers, "val")

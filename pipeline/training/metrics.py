@@ -70,8 +70,7 @@ def noise_metrics(
     the epoch trained (a curriculum that holds noisy examples back keeps it below the rate).
     ``val_acc_original``: validation accuracy against the original labels."""
     train = data.train
-    idx = probe.to(train.y.device)
-    sample = Split(train.x[idx], train.y[idx], train.index[idx], train.y_clean[idx])
+    sample = train.take(probe)
     pred = evaluate_split(model, sample, cfg.eval_batch_size, precision=precision).predictions
     y, clean, flipped = sample.y.cpu(), sample.y_clean.cpu(), sample.flipped.cpu()
     out = {"noise/trained_flipped_share": float(train.flipped.cpu()[positions.cpu()].float().mean())}

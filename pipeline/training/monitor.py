@@ -21,8 +21,6 @@ import math
 
 import torch
 
-from pipeline.data.dataset import Split
-
 MONITOR_FLOOR = 1000
 
 
@@ -44,10 +42,3 @@ def examples_to_read(share: float, trained: int, n_val: int, whole: bool) -> int
     if whole or share == 0:
         return n_val
     return min(n_val, max(MONITOR_FLOOR, math.ceil(share * trained)))
-
-
-def take(split: Split, positions: torch.Tensor) -> Split:
-    """The examples of ``split`` at ``positions`` (CPU indices), on the split's device."""
-    at = positions.to(split.x.device)
-    clean = None if split.y_clean is None else split.y_clean[at]
-    return Split(split.x[at], split.y[at], split.index[at], clean)
