@@ -81,7 +81,7 @@ from scripts.bench_dynamic import REPORT_SEEDS, TUNING_SEEDS, machine, scores_wi
 from scripts.bench_frontier_figure import plot
 from scripts.bench_frontier_findings import health_counts, print_findings
 from scripts.bench_frontier_tiers import by_tier, test_by_tier
-from scripts.bench_levers import LEVERS, grown_into, retires_easy
+from scripts.bench_levers import DYNAMIC_BEFORE, LEVERS, dynamic_recipe, grown_into
 
 REFERENCE_EPOCHS = 12
 
@@ -126,9 +126,9 @@ def reused_runs(
                 f"--reuse {path}: lever {name}, subset {earlier['subset']}, {data}; this run has lever "
                 f"{lever}, subset {subset}, {dataset} (another lever's static runs need its recipe, network)"
             )
-        same_diet = earlier["lever"].get("retire_easy", True) == retires_easy(lever)  # older: retired
+        same_dynamic = {**DYNAMIC_BEFORE, **earlier["lever"]}.items() >= dynamic_recipe(lever).items()
         for r in earlier["runs"]:
-            if (name != lever or not same_diet) and r["arm"] != "static":
+            if (name != lever or not same_dynamic) and r["arm"] != "static":
                 continue
             key = (r["seed"], r["arm"], r["fraction"])
             if key in rows and rows[key]["run_id"] != r["run_id"]:
@@ -239,7 +239,7 @@ def main(
     runs, evaluate_runs = [], []
     # each reused file names its own evaluate runs and those it reused in turn
     reused_evaluations = [i for f in reused_files for i in re.findall(r"\b[0-9a-f]{32}\b", f["accuracy"])]
-    lever_entry = {"name": lever, "options": LEVERS[lever], "retire_easy": retires_easy(lever)}
+    lever_entry = {"name": lever, "options": LEVERS[lever], **dynamic_recipe(lever)}
 
     def accuracy() -> str:
         """Where the rows' test accuracy comes from: every evaluate run behind them."""

@@ -168,13 +168,28 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
         {},
         {},
     ),
+    # Issue 35, the collapses at the growth epoch: the default diet with one change each. The
+    # diet's pruning out of the growth epoch, pruning off, the gradient's norm clipped.
+    "prune-after": ({}, {"prune_from": 4}, {}, {}),
+    "noprune": ({}, {"prune": 0.0}, {}, {}),
+    "clip": ({"clip_grad": 1.0}, {}, {}, {}),
+    # Growth without the re-warm of the rate after it, as every run before issue 35's fix.
+    "no-rewarm": ({}, {}, {}, {"growth_rewarm": 0.0}),
 }
 
 
-def retires_easy(lever: str) -> bool:
-    """Whether the lever's dynamic runs retire the easy tier at the first growth (as every
-    dynamic run did before ``--retire-easy`` existed: their files lack the key)."""
-    return diet.retires_easy(DynamicCurriculumConfig(**LEVERS[lever][1]))
+# What a dynamic run did before a default changed, for result files that lack its key: the easy
+# tier retired at the first growth, and the rate did not re-warm after growth.
+DYNAMIC_BEFORE = {"retire_easy": True, "growth_rewarm": 0.0}
+
+
+def dynamic_recipe(lever: str) -> dict:
+    """The dynamic run's choices that older result files predate (``DYNAMIC_BEFORE``), for
+    this lever: runs that differ in them are not the same arm."""
+    return {
+        "retire_easy": diet.retires_easy(DynamicCurriculumConfig(**LEVERS[lever][1])),
+        "growth_rewarm": TrainConfig(**{**LEVERS[lever][0], **LEVERS[lever][3]}).growth_rewarm,
+    }
 
 
 def grown_into(start, schedule: str, data):

@@ -176,15 +176,16 @@ def test_f_sets_the_grown_network_against_the_cheapest_static_budget_that_spent_
 
 def test_another_levers_file_lends_only_its_static_runs_and_only_with_the_same_recipe(tmp_path):
     from scripts.bench_frontier import reused_runs
-    from scripts.bench_levers import LEVERS, retires_easy
+    from scripts.bench_levers import LEVERS, dynamic_recipe
 
-    def frontier(name: str, before_the_diet_changed: bool = False) -> str:
+    def frontier(name: str, predates: tuple[str, ...] = ()) -> str:
+        """A result file of ``name`` written before the options ``predates`` existed."""
         path = tmp_path / f"{name}.json"
         runs = [
             {"seed": 100, "arm": arm, "fraction": 1.0, "run_id": arm} for arm in ("static", "dynamic-12ep")
         ]
-        lever = {"name": name, "options": LEVERS[name]}
-        lever |= {} if before_the_diet_changed else {"retire_easy": retires_easy(name)}
+        recipe = {k: v for k, v in dynamic_recipe(name).items() if k not in predates}
+        lever = {"name": name, "options": LEVERS[name], **recipe}
         path.write_text(json.dumps({"lever": lever, "subset": 0, "runs": runs}))
         return str(path)
 
@@ -195,8 +196,13 @@ def test_another_levers_file_lends_only_its_static_runs_and_only_with_the_same_r
     # A file from before --retire-easy: its `base` runs retired the easy tier, so they are not
     # this `base`'s; its static runs still are (and, as another lever's, for `retire` too).
     for lever in ("base", "retire"):
-        rows, _ = reused_runs(frontier("base", before_the_diet_changed=True), lever, 0)
+        rows, _ = reused_runs(frontier("base", predates=("retire_easy",)), lever, 0)
         assert set(rows) == {(100, "static", 1.0)}
+    # A file from before the re-warm after growth: its `base` did not re-warm, as `no-rewarm` does.
+    rows, _ = reused_runs(frontier("base", predates=("growth_rewarm",)), "base", 0)
+    assert set(rows) == {(100, "static", 1.0)}
+    rows, _ = reused_runs(frontier("no-rewarm", predates=("growth_rewarm",)), "no-rewarm", 0)
+    assert set(rows) == {(100, "static", 1.0), (100, "dynamic-12ep", 1.0)}
     with pytest.raises(
         click.UsageError, match="lever smooth, subset 0, fashion-mnist; this run has lever noise1"
     ):

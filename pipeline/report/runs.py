@@ -178,9 +178,16 @@ def setting_of(params: dict[str, str]) -> str:
     return json.dumps(values)
 
 
+# Training options that act only when the network grows: a run that does not grow (it logs no
+# start_spec) trained the same whatever they say, so they do not set it apart.
+GROWTH_ONLY = ("growth_rewarm", "growth_lr_scale")
+
+
 def variant_options(params: dict[str, str]) -> str:
-    """The run's ``VARIANT_KEYS`` params as canonical JSON (only those it logged)."""
-    return json.dumps({key: _canonical(params[key]) for key in VARIANT_KEYS if key in params}, sort_keys=True)
+    """The run's ``VARIANT_KEYS`` params as canonical JSON (only those it logged, and for a run
+    that does not grow, none of ``GROWTH_ONLY``)."""
+    keys = VARIANT_KEYS if "start_spec" in params else [k for k in VARIANT_KEYS if k not in GROWTH_ONLY]
+    return json.dumps({key: _canonical(params[key]) for key in keys if key in params}, sort_keys=True)
 
 
 CLEAN_DATA = {"label_noise": "0", "noise_kind": "symmetric", "noise_seed": "0"}

@@ -52,9 +52,9 @@ class TrainConfig:
         "each growth event)",
     )
     growth_rewarm: float = opt(
-        0.0,
+        0.05,
         "fraction of training over which the learning rate climbs back to the schedule's after "
-        "each growth event (0: no re-warm)",
+        "each growth event, so the grown network's first steps are small (0: no re-warm)",
     )
     growth_lr_scale: float = opt(
         1.0,
