@@ -72,8 +72,8 @@ class CurriculumConfig:
     )
     prune_from: int = opt(
         0,
-        "first epoch that prunes; 0: when the easy examples retire, else at the first growth, "
-        "else 1; "
+        "first epoch that prunes; 0: when the easy examples retire, else the epoch after the "
+        "first growth, else 1; "
         "no pruning if that leaves no epoch before the annealing tail",
     )
 
@@ -91,7 +91,8 @@ class CurriculumConfig:
 @dataclass(frozen=True)
 class DynamicCurriculumConfig(CurriculumConfig):
     # The project's design: easy examples first, harder ones joining as the model grows, and
-    # from the first growth on the grown network skips part of what it has already learned.
+    # from the epoch after the first growth the grown network skips part of what it has already
+    # learned (not in the growth epoch itself: pipeline/curriculum/diet.py's pruning_after_growth).
     # Pruning 0.3 (InfoBatch) leaves out about a fifth of each epoch's examples; on full
     # Fashion-MNIST with the default schedule it ended as accurate as no pruning (seeds 0/1/2:
     # 0.9322/0.9260/0.9302 against 0.9318/0.9260/0.9304) in 0.90x the wall-clock.

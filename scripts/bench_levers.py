@@ -179,7 +179,8 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
 
 
 # What a dynamic run did before a default changed, for result files that lack its key: the easy
-# tier retired at the first growth, and the rate did not re-warm after growth.
+# tier retired at the first growth, and the rate did not re-warm after growth (the re-warm came
+# with pruning's start moving to the epoch after the growth: runs with it prune from there).
 DYNAMIC_BEFORE = {"retire_easy": True, "growth_rewarm": 0.0}
 
 

@@ -74,8 +74,10 @@ def test_tiers_are_worked_through_before_the_first_growth_and_easy_ones_stay_unl
     assert growth_boundaries(parse_schedule("9:conv(8);6:pool", 12), True) == [2, 4, 6]  # the earliest event
     assert growth_boundaries(parse_schedule("1:conv(8)", 12), True) == [0, 0, 1]  # no room: all data at once
     assert growth_boundaries([]) is None
-    # The static control of the diet: the same boundaries, pruning from the first growth.
-    assert diet_of_growth(events) == {"tier_boundaries": "1,2", "prune_from": 4}
+    # The static control of the diet: the same boundaries, pruning from the epoch after the first
+    # growth (at the growth where the easy examples retire there).
+    assert diet_of_growth(events) == {"tier_boundaries": "1,2", "prune_from": 5}
+    assert diet_of_growth(events, retire_easy=True) == {"tier_boundaries": "1,2,4", "prune_from": 4}
     assert diet_of_growth([]) == {"tier_boundaries": ""}
 
 

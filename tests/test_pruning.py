@@ -115,13 +115,14 @@ def _tiers_curriculum(boundaries, pacing="tiers", rejoin=0.0):
     )
 
 
-def test_pruning_starts_when_the_easy_examples_retire_or_at_the_first_growth_unless_told_otherwise():
+def test_pruning_starts_when_the_easy_examples_retire_or_after_the_first_growth_unless_told_otherwise():
     train = TrainConfig(epochs=12)
     assert make_pruner(CurriculumConfig(), train, None, N) is None
     retiring = make_pruner(CurriculumConfig(prune=0.3), train, _tiers_curriculum([1, 2, 3]), N, 5)
     assert retiring.start == 3
     assert make_pruner(CurriculumConfig(prune=0.3), train, _tiers_curriculum([1, 2]), N).start == 1
-    assert make_pruner(CurriculumConfig(prune=0.3), train, _tiers_curriculum([1, 2]), N, 4).start == 4
+    # the epoch after the growth at 4: the network and its diet never change in the same epoch
+    assert make_pruner(CurriculumConfig(prune=0.3), train, _tiers_curriculum([1, 2]), N, 4).start == 5
     assert make_pruner(CurriculumConfig(prune=0.3), train, None, N, 0).start == 1  # growth before epoch 1
     assert make_pruner(CurriculumConfig(prune=0.3), train, None, N).start == 1
     told = make_pruner(CurriculumConfig(prune=0.3, prune_from=5), train, _tiers_curriculum([1, 2, 3]), N)
