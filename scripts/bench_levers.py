@@ -168,13 +168,16 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
         {},
         {},
     ),
-    # Issue 35, the collapses at the growth epoch: the default diet with one change each. The
-    # diet's pruning out of the growth epoch, pruning off, the gradient's norm clipped.
-    "prune-after": ({}, {"prune_from": 4}, {}, {}),
-    "noprune": ({}, {"prune": 0.0}, {}, {}),
-    "clip": ({"clip_grad": 1.0}, {}, {}, {}),
-    # Growth without the re-warm of the rate after it, as every run before issue 35's fix.
+    # Issue 35, the collapses at the growth epoch. The default since then re-warms the rate after
+    # growth and starts pruning the epoch after it; before, neither (`neither`, at 12 epochs,
+    # where the first growth is epoch 3). Each of the two fixes alone, and what else was tried
+    # on the default of that time: pruning off, the gradient's norm clipped.
+    "neither": ({}, {"prune_from": 3}, {}, {"growth_rewarm": 0.0}),
     "no-rewarm": ({}, {}, {}, {"growth_rewarm": 0.0}),
+    "prune-at-growth": ({}, {"prune_from": 3}, {}, {}),
+    "prune-after": ({}, {"prune_from": 4}, {}, {"growth_rewarm": 0.0}),
+    "noprune": ({}, {"prune": 0.0}, {}, {"growth_rewarm": 0.0}),
+    "clip": ({"clip_grad": 1.0}, {"prune_from": 3}, {}, {"growth_rewarm": 0.0}),
 }
 
 
