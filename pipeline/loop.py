@@ -114,56 +114,95 @@ class EpochStats:
     losses: torch.Tensor | None = None
 
 
+@dataclass(frozen=True)
+class StepRecipe:
+    """What every training step does, the same on every epoch of a run: its batch size, input
+    augmentation (``augment_batch``), label smoothing and mixup (the training loss only, so
+    also the losses pruning sees), the gradient clipping (``clip_grad`` > 0 clips the global
+    norm before each step, on the device: no host synchronisation) and the autocast dtype
+    (resolved: fp32, bf16, fp16; fp16 needs ``scaler``)."""
+
+    batch_size: int
+    augment: str = "none"
+    label_smoothing: float = 0.0
+    mixup: float = 0.0  # its alpha; 0: none
+    clip_grad: float = 0.0
+    precision: str = "fp32"
+    scaler: torch.amp.GradScaler | None = None
+
+    @classmethod
+    def of(cls, cfg, precision: str = "fp32", scaler: torch.amp.GradScaler | None = None) -> StepRecipe:
+        """A ``TrainConfig``'s recipe at its resolved ``precision``."""
+        return cls(
+            cfg.batch_size, cfg.augment, cfg.label_smoothing, cfg.mixup, cfg.clip_grad, precision, scaler
+        )
+
+
+@dataclass(frozen=True)
+class EpochClock:
+    """Where an epoch sits in its run: ``lr_at(progress)`` is the rate at a fraction of training,
+    ``global_step`` the steps before this epoch (for error messages), and ``generator`` (CPU)
+    draws the order and the augmentation, so that it is the same on any device."""
+
+    lr_at: Callable[[float], float]
+    epoch: int
+    epochs: int
+    global_step: int
+    generator: torch.Generator
+
+    @classmethod
+    def single(cls, lr: float, seed: int = 0) -> EpochClock:
+        """A run of one epoch at the constant rate ``lr``, its order drawn from ``seed``: a
+        probe of the training loop (``run_length`` times one at rate 0)."""
+        return cls(lambda _progress: lr, 0, 1, 0, torch.Generator().manual_seed(seed))
+
+
+@dataclass(frozen=True)
+class LossTerms:
+    """What an epoch's loss is made of beyond cross-entropy on the head. ``weights`` (N,) on the
+    device, one per training position, scale each example's loss (loss-aware pruning);
+    ``example_losses`` returns each example's loss from its step; ``exit_weights`` (one per
+    early exit of a model with exits): deep supervision, each example's loss the head's plus
+    the weighted exits' (what pruning then sees too)."""
+
+    weights: torch.Tensor | None = None
+    example_losses: bool = False
+    exit_weights: tuple[float, ...] | None = None
+
+
 def train_one_epoch(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     split: Split,
     positions: torch.Tensor,
+    recipe: StepRecipe,
+    clock: EpochClock,
+    terms: LossTerms | None = None,
     *,
-    batch_size: int,
-    lr_at: Callable[[float], float],
-    epoch: int,
-    epochs: int,
-    global_step: int,
-    generator: torch.Generator,
-    augment: str = "none",
-    progress_bar: bool = False,
-    weights: torch.Tensor | None = None,
-    example_losses: bool = False,
-    precision: str = "fp32",
-    scaler: torch.amp.GradScaler | None = None,
     allows: Callable[[int, int, float], bool] | None = None,
-    label_smoothing: float = 0.0,
-    mixup: float = 0.0,
-    exit_weights: tuple[float, ...] | None = None,
     after_step: Callable[[], None] | None = None,
-    clip_grad: float = 0.0,
+    progress_bar: bool = False,
 ) -> EpochStats:
     """One pass over ``positions`` (indices into ``split``) in a random order.
 
-    ``split`` should already be on the model's device; the order is drawn from ``generator``
-    on the CPU so that it is the same on any device. ``weights`` (N,) on the device, one per
-    training position, scale each example's loss (loss-aware pruning); ``example_losses``
-    returns each example's loss from its step. ``precision`` (resolved: fp32, bf16, fp16) is
-    the autocast dtype of forward and loss; fp16 needs ``scaler``. ``allows(done, next, s)``,
-    asked before each step with the examples trained so far, the next batch's size and the
-    seconds since the epoch started, ends the epoch early when it says no (a spent budget).
-    ``label_smoothing`` applies to the training loss only (and so to the losses pruning sees).
-    ``mixup`` (its alpha; 0: none) blends each batch with itself in another order and mixes
-    the loss against both labels the same way (what pruning then sees too); the epoch's
-    accuracy counts the label with the larger share.
-    ``exit_weights`` (one per early exit of a model with exits): deep supervision, each
-    example's loss the head's plus the weighted exits' (what pruning then sees too).
-    ``after_step()`` runs after each optimizer step (a weight average's update).
-    ``clip_grad`` > 0 clips the gradient's global norm before each step (on the device: no
-    host synchronisation).
+    ``split`` should already be on the model's device. ``allows(done, next, s)``, asked before
+    each step with the examples trained so far, the next batch's size and the seconds since
+    the epoch started, ends the epoch early when it says no (a spent budget). With mixup the
+    epoch's accuracy counts the label with the larger share. ``after_step()`` runs after each
+    optimizer step (a weight average's update).
     """
+    batch_size, augment, generator = recipe.batch_size, recipe.augment, clock.generator
+    epoch, epochs, lr_at = clock.epoch, clock.epochs, clock.lr_at
+    precision, scaler, mixup = recipe.precision, recipe.scaler, recipe.mixup
+    label_smoothing, clip_grad = recipe.label_smoothing, recipe.clip_grad
+    terms = terms or LossTerms()
+    weights, exit_weights = terms.weights, terms.exit_weights
     model.train()
     device = split.x.device
     order = positions[torch.randperm(len(positions), generator=generator)].to(device)
     n_batches = math.ceil(len(order) / batch_size)
     losses = torch.zeros(n_batches, device=device)
-    per_example = torch.zeros(len(order), device=device) if example_losses else None
+    per_example = torch.zeros(len(order), device=device) if terms.example_losses else None
     correct = torch.zeros((), device=device, dtype=torch.long)
     start = time.perf_counter()
     bar = tqdm(
@@ -229,7 +268,7 @@ def train_one_epoch(
         counted = y if y_partner is None or lam >= 0.5 else y_partner  # the label with the larger share
         correct += (logits.detach().argmax(1) == counted).sum()
         if (b + 1) % DIVERGENCE_CHECK_EVERY == 0 or b == n_batches - 1:
-            _check_finite(losses[: b + 1], epoch, global_step)
+            _check_finite(losses[: b + 1], epoch, clock.global_step)
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start

@@ -34,7 +34,7 @@ from pipeline.budget import (
     scale_epoch,
 )
 from pipeline.data.dataset import Data
-from pipeline.loop import pick_device, place_model, train_one_epoch
+from pipeline.loop import EpochClock, StepRecipe, pick_device, place_model, train_one_epoch
 from pipeline.plan import CurriculumConfig
 from pipeline.precision import grad_scaler
 from pipeline.training.config import TrainConfig
@@ -171,14 +171,10 @@ def seconds_per_example(model: torch.nn.Module, split, cfg: TrainConfig, device:
     optimizer = torch.optim.SGD(probe.parameters(), lr=0.0)
     precision = cfg.resolved_precision(device)
     positions = torch.arange(len(split))
-    generator = torch.Generator().manual_seed(0)
+    clock = EpochClock.single(0.0)  # one generator: the second pass draws on from the first
     for _ in range(2):  # the first pass warms the allocator and the kernels up
-        stats = train_one_epoch(
-            probe, optimizer, split, positions, batch_size=cfg.batch_size, lr_at=lambda _p: 0.0,
-            epoch=0, epochs=1, global_step=0, generator=generator, augment=cfg.augment,
-            precision=precision, scaler=grad_scaler(precision, device),
-            label_smoothing=cfg.label_smoothing, mixup=cfg.mixup, clip_grad=cfg.clip_grad,
-        )  # fmt: skip
+        recipe = StepRecipe.of(cfg, precision, grad_scaler(precision, device))
+        stats = train_one_epoch(probe, optimizer, split, positions, recipe, clock)
     return stats.seconds / max(stats.examples, 1)
 
 

@@ -74,20 +74,15 @@ def test_clip_grad_bounds_the_step(small_data):
     before = [p.detach().clone() for p in state.model.parameters()]
     one_batch_at_zero_rate(state, small_data.train, clip_grad=1e-3)  # the rate is 0: no change
     assert all(torch.equal(a, b) for a, b in zip(before, state.model.parameters()))
-    from pipeline.loop import train_one_epoch
+    from pipeline.loop import EpochClock, StepRecipe, train_one_epoch
 
     train_one_epoch(
         state.model,
         state.optimizer,
         small_data.train,
         torch.arange(64),
-        batch_size=64,
-        lr_at=lambda p: 1.0,
-        epoch=0,
-        epochs=1,
-        global_step=0,
-        generator=torch.Generator().manual_seed(0),
-        clip_grad=1e-3,
+        StepRecipe(batch_size=64, clip_grad=1e-3),
+        EpochClock.single(1.0),
     )
     step = torch.cat([(p.detach() - b).flatten() for p, b in zip(state.model.parameters(), before)])
     assert 0 < float(step.norm()) <= 1e-3 * 1.0001  # rate 1 times a gradient clipped to norm 1e-3

@@ -20,7 +20,7 @@ from models.schedule import final_spec, named_schedule
 from models.spec import ArchSpec, SpecError, named_layers, validate
 from pipeline import exits
 from pipeline.exits import ExitConfig, ExitError, with_exits
-from pipeline.loop import train_one_epoch
+from pipeline.loop import EpochClock, LossTerms, StepRecipe, train_one_epoch
 
 SHAPE = (1, 28, 28)
 MINIMAL = ArchSpec(SHAPE, 10, tuple(named_layers("minimal")), "minimal")
@@ -255,13 +255,9 @@ def test_deep_supervision_trains_every_exit(small_data):
         optimizer,
         small_data.train,
         torch.arange(256),
-        batch_size=64,
-        lr_at=lambda progress: 0.05,
-        epoch=0,
-        epochs=1,
-        global_step=0,
-        generator=torch.Generator().manual_seed(0),
-        exit_weights=(0.5,),
+        StepRecipe(batch_size=64),
+        EpochClock.single(0.05),
+        LossTerms(exit_weights=(0.5,)),
     )
     assert np.isfinite(stats.loss) and stats.examples == 256
     assert all(not torch.equal(a, b) for a, b in zip(before, model.exits.parameters()))

@@ -17,7 +17,7 @@ from pipeline.data.dataset import Data, Split
 from pipeline.difficulty.cross_fit import FoldPlan, cross_fit
 from pipeline.difficulty.scorers import el2n_score, logits_of, loss_score
 from pipeline.evaluate import compute_test_metrics
-from pipeline.loop import EvalResult, seed_everything, train_one_epoch
+from pipeline.loop import EpochClock, EvalResult, LossTerms, StepRecipe, seed_everything, train_one_epoch
 from pipeline.pruning import LossPruner
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
@@ -93,13 +93,9 @@ def test_kept_examples_weights_reach_the_loss():
         optimizer,
         split,
         torch.arange(6),
-        batch_size=6,
-        lr_at=lambda progress: 0.1,
-        epoch=0,
-        epochs=1,
-        global_step=0,
-        generator=torch.Generator().manual_seed(0),
-        weights=weights,
+        StepRecipe(batch_size=6),
+        EpochClock.single(0.1),
+        LossTerms(weights=weights),
     )
     for k, p in model.named_parameters():
         assert torch.allclose(p.detach(), expected[k], atol=1e-6), k

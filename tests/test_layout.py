@@ -1,7 +1,8 @@
 """The layout checks, each a script that reads the source: no import cycles in pipeline/ or models/
 (scripts/import_cycles.py), every module of pipeline/, models/ and scripts/ under 450 lines and
 every class under 200 (scripts/module_sizes.py); and each finds what it looks for in a package
-built in tmp_path (a type-only cycle included; a module or class at its limit)."""
+built in tmp_path (a type-only cycle included; a module or class at its limit); and one
+training epoch takes at most ten parameters."""
 
 from __future__ import annotations
 
@@ -81,3 +82,14 @@ def test_the_size_check_names_a_module_and_a_class_at_their_limits(tmp_path):
     assert "pkg/long.py: 450 lines" in result.stderr
     assert "pkg/wide.py: class Wide is 200 lines" in result.stderr
     assert "fine" not in result.stderr
+
+
+def test_one_training_epoch_takes_its_recipe_not_a_parameter_per_option():
+    """train_one_epoch's options live in three small objects (what every step does, where the
+    epoch sits in its run, what the loss is made of), so that a new recipe option is a field,
+    not a twenty-second parameter threaded through every caller."""
+    import inspect
+
+    from pipeline.loop import train_one_epoch
+
+    assert len(inspect.signature(train_one_epoch).parameters) <= 10

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pipeline.data.augment import mixup_batch
-from pipeline.loop import DivergenceError, cosine_lr, train_one_epoch
+from pipeline.loop import DivergenceError, EpochClock, LossTerms, StepRecipe, cosine_lr, train_one_epoch
 from pipeline.training.config import ConfigError, TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit, learning_rate
 from pipeline.training.state import ArchitectureTrace
@@ -58,21 +58,17 @@ def test_growth_rewarm_ramps_the_rate_back_after_each_growth_event():
     assert learning_rate(dataclasses.replace(cfg, growth_rewarm=0.0), trace, 0.2) == schedule(0.2)
 
 
-def one_batch_at_zero_rate(state, split, **options):
+def one_batch_at_zero_rate(state, split, example_losses: bool = False, **recipe):
     """One epoch of a single batch holding all of ``split``, at a zero learning rate and with a
-    generator seeded 0: its loss is that of the model as it was, under ``options``."""
+    generator seeded 0: its loss is that of the model as it was, under the ``recipe`` options."""
     return train_one_epoch(
         state.model,
         state.optimizer,
         split,
         torch.arange(len(split)),
-        batch_size=len(split),
-        lr_at=lambda p: 0.0,
-        epoch=0,
-        epochs=1,
-        global_step=0,
-        generator=torch.Generator().manual_seed(0),
-        **options,
+        StepRecipe(batch_size=len(split), **recipe),
+        EpochClock.single(0.0),
+        LossTerms(example_losses=example_losses),
     )
 
 

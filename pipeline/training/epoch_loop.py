@@ -17,7 +17,15 @@ from torch import nn
 from models.builder import SpecNet, count_parameters
 from models.flops import flops_per_example
 from pipeline.data.dataset import Data
-from pipeline.loop import cosine_lr, evaluate_split, place_model, train_one_epoch
+from pipeline.loop import (
+    EpochClock,
+    LossTerms,
+    StepRecipe,
+    cosine_lr,
+    evaluate_split,
+    place_model,
+    train_one_epoch,
+)
 from pipeline.precision import grad_scaler
 from pipeline.training import health, monitor, timing
 from pipeline.training.average import WeightAverage
@@ -175,24 +183,16 @@ def fit(
             state.optimizer,
             data.train,
             positions,
-            batch_size=cfg.batch_size,
-            lr_at=lr_at,
-            epoch=epoch,
-            epochs=cfg.epochs,
-            global_step=state.global_step,
-            generator=state.generator,
-            augment=cfg.augment,
-            progress_bar=progress_bar,
-            weights=None if weights is None else weights.to(data.train.x.device),
-            example_losses=plan.wants_example_losses(epoch),
-            precision=state.precision,
-            scaler=scaler,
+            StepRecipe.of(cfg, state.precision, scaler),
+            EpochClock(lr_at, epoch, cfg.epochs, state.global_step, state.generator),
+            LossTerms(
+                weights=None if weights is None else weights.to(data.train.x.device),
+                example_losses=plan.wants_example_losses(epoch),
+                exit_weights=plan.weights_for(state.model),
+            ),
             allows=allows,
-            label_smoothing=cfg.label_smoothing,
-            mixup=cfg.mixup,
-            exit_weights=plan.weights_for(state.model),
             after_step=None if state.average is None else state.average.update,
-            clip_grad=cfg.clip_grad,
+            progress_bar=progress_bar,
         )
         parts["train"] = parts.get("train", 0.0) + time.perf_counter() - train_start
         if stats.examples == 0:  # the budget could not pay for a single step of this epoch
