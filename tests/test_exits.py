@@ -571,7 +571,7 @@ def test_the_hard_tier_id_matches_the_tier_names():
 def test_the_tiers_rule_falls_back_to_the_bound_without_tiers_and_says_so(tracking, small_data, capsys):
     """A run without difficulty scores (train_static --exits without a score_difficulty run)
     calibrates with the bound rule, prints one line saying why, and tags the rule it used."""
-    from pipeline.session import set_exit_thresholds
+    from pipeline.exit_thresholds import set_exit_thresholds
 
     model = _model(with_exits(DEFAULT, "stages", 12))
     cfg = ExitConfig(exits="stages")  # the default rule: tiers
