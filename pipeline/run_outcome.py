@@ -7,6 +7,7 @@ import click
 import mlflow
 
 from pipeline.data.dataset import Data
+from pipeline.run_length import RunLength
 from pipeline.training import health, timing
 from pipeline.training.config import TrainConfig
 from pipeline.training.state import FitState
@@ -28,7 +29,7 @@ def log_health(state: FitState, data: Data, cfg: TrainConfig) -> health.Health:
     return verdict
 
 
-def log_budget(length, state: FitState) -> None:
+def log_budget(length: RunLength, state: FitState) -> None:
     """What the run was given, what it used, and why it stopped (tag ``stop_reason``)."""
     budget = length.budget
     used = {

@@ -33,6 +33,7 @@ from pipeline.exit_thresholds import set_exit_thresholds
 from pipeline.exits import ExitConfig
 from pipeline.logged_model import log_classifier, serving_requirements
 from pipeline.loop import DivergenceError, pick_device, seed_everything
+from pipeline.run_length import RunLength
 from pipeline.run_outcome import log_budget, log_health
 from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
 from pipeline.tracking.errors import UpstreamError
@@ -276,7 +277,7 @@ def train_and_log(
     val_tiers: torch.Tensor | None = None,
     progress_bar: bool = True,
     limits: RunConfig | None = None,
-    length=None,
+    length: RunLength | None = None,
     exit_cfg: ExitConfig | None = None,
 ) -> TrainingOutcome:
     """Train inside the active MLflow run; ``data`` on the CPU, moved to the device here.

@@ -16,6 +16,7 @@ from torch import nn
 
 from models.builder import SpecNet, count_parameters
 from models.flops import flops_per_example
+from pipeline.budget import BudgetMeter
 from pipeline.data.dataset import Data
 from pipeline.loop import (
     EpochClock,
@@ -127,7 +128,7 @@ def fit(
     on_epoch: Callable[[int, dict, FitState], None] | None = None,
     checkpoint: Callable[[FitState, TrainingPlan], None] | None = None,
     progress_bar: bool = False,
-    meter=None,
+    meter: BudgetMeter | None = None,
 ) -> FitState:
     """Run epochs ``state.epoch .. cfg.epochs-1``; ``data`` must already be on the device.
 
@@ -272,7 +273,9 @@ def fit(
     return state
 
 
-def _budget_allows(meter, flops_per_train_example: float, done: int, batch: int, elapsed: float) -> bool:
+def _budget_allows(
+    meter: BudgetMeter, flops_per_train_example: float, done: int, batch: int, elapsed: float
+) -> bool:
     return meter.allows(done, batch, flops_per_train_example, elapsed)
 
 
