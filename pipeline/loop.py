@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import functools
 import math
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
@@ -29,63 +27,12 @@ from pipeline.precision import autocast
 DIVERGENCE_CHECK_EVERY = 25
 
 
-class DeviceError(UserError):
-    """A ``--device`` this machine does not have or that is not a device name."""
-
-
 class DivergenceError(UserError, RuntimeError):
     """The loss became NaN or infinite; names the epoch and step."""
 
     def __init__(self, epoch: int, step: int, value: float):
         self.epoch, self.step, self.value = epoch, step, value
         super().__init__(f"loss became {value} at epoch {epoch}, global step {step}; lower --lr")
-
-
-def pick_device(name: str = "auto") -> torch.device:
-    if name != "auto":
-        if name.startswith("cuda") and not torch.cuda.is_available():
-            raise DeviceError(f"--device {name}: CUDA is not available on this machine")
-        if name == "mps" and not torch.backends.mps.is_available():
-            raise DeviceError("--device mps: MPS is not available on this machine")
-        if name.split(":")[0] not in ("cpu", "cuda", "mps"):
-            raise DeviceError(f"--device {name!r}: use auto, cpu, cuda, cuda:N or mps")
-        return torch.device(name)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def memory_format_for(device: torch.device) -> torch.memory_format:
-    """The layout convolutional activations should have on ``device``.
-
-    channels_last (NHWC) on CPU and CUDA: oneDNN's max-pool and ReLU run several times faster on
-    it than on NCHW, which the small, memory-bound networks a growing run starts from feel most
-    (full Fashion-MNIST, default spec, 1 thread: 271 s for 12 epochs against 334 s, the same
-    val/acc). MPS keeps the default layout.
-    """
-    return torch.channels_last if device.type in ("cpu", "cuda") else torch.contiguous_format
-
-
-def place_model(model: nn.Module, device: torch.device) -> nn.Module:
-    """``model`` on ``device`` in its preferred layout, in place: parameters stay the same objects,
-    so an optimizer that holds them (and its momentum buffers) stays valid."""
-    return model.to(device=device, memory_format=memory_format_for(device))
-
-
-def seed_everything(seed: int, deterministic: bool) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    if deterministic:
-        import os
-
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
-        torch.backends.cudnn.benchmark = False
-    else:
-        torch.backends.cudnn.benchmark = True
 
 
 def cosine_lr(base_lr: float, progress: float, warmup: float) -> float:

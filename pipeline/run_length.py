@@ -34,7 +34,8 @@ from pipeline.budget import (
     scale_epoch,
 )
 from pipeline.data.dataset import Data
-from pipeline.loop import EpochClock, StepRecipe, pick_device, place_model, train_one_epoch
+from pipeline.device import pick_device, place_model
+from pipeline.loop import EpochClock, StepRecipe, train_one_epoch
 from pipeline.plan import CurriculumConfig
 from pipeline.precision import grad_scaler
 from pipeline.training.config import TrainConfig

@@ -45,6 +45,7 @@ from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.sources import RawData, load_raw
 from pipeline.data.splits import load_data
+from pipeline.device import pick_device
 from pipeline.difficulty import scores_table
 from pipeline.difficulty.cross_fit import cross_fit
 from pipeline.difficulty.figures import extremes_figure, histogram_figure, tier_count_figure
@@ -53,7 +54,6 @@ from pipeline.difficulty.scorers import INPUT_SCORERS, MODEL_SCORERS, SCORERS, p
 from pipeline.difficulty.scores_table import tier_counts, tier_metrics
 from pipeline.difficulty.stability import stability_metrics
 from pipeline.difficulty.tiers import TIER_NAMES, TierCuts, apply_tiers, fit_tiers, parse_fractions
-from pipeline.loop import pick_device
 from pipeline.stats import roc_auc
 from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
 from pipeline.tracking.guard import GuardedCommand, main_guard

@@ -29,10 +29,11 @@ from pipeline.cli import opt, option_name
 from pipeline.codec import same_param
 from pipeline.curriculum.diet import curriculum_pruning
 from pipeline.data.dataset import Data
+from pipeline.device import pick_device, seed_everything
 from pipeline.exit_thresholds import set_exit_thresholds
 from pipeline.exits import ExitConfig
 from pipeline.logged_model import log_classifier, serving_requirements
-from pipeline.loop import DivergenceError, pick_device, seed_everything
+from pipeline.loop import DivergenceError
 from pipeline.run_length import RunLength
 from pipeline.run_outcome import log_budget, log_health
 from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir

@@ -69,8 +69,8 @@ from pipeline.curriculum.diet import diet_of_growth
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
+from pipeline.device import seed_everything
 from pipeline.difficulty.scorers import MODEL_SCORERS, parse_scorers
-from pipeline.loop import seed_everything
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary

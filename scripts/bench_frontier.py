@@ -69,7 +69,7 @@ from models.spec import resolve_spec
 from pipeline import evaluate, train_dynamic, train_static
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
-from pipeline.loop import pick_device
+from pipeline.device import pick_device
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
 from pipeline.run_length import static_training_flops
 from pipeline.session import RunConfig

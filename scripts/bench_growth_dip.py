@@ -28,7 +28,8 @@ from models.schedule import parse_schedule
 from models.spec import resolve_spec
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
-from pipeline.loop import DivergenceError, seed_everything
+from pipeline.device import seed_everything
+from pipeline.loop import DivergenceError
 from pipeline.plan import ExperimentPlan, GrowthConfig
 from pipeline.training import health
 from pipeline.training.config import TrainConfig

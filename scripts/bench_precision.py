@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run
 
 from pipeline import evaluate, score_difficulty, train_dynamic, train_static
 from pipeline.data.config import DataConfig
-from pipeline.loop import pick_device
+from pipeline.device import pick_device
 from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary

@@ -39,7 +39,7 @@ from models.flops import flops_per_example
 from models.spec import resolve_spec
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
-from pipeline.loop import memory_format_for, seed_everything
+from pipeline.device import memory_format_for, seed_everything
 from pipeline.precision import DTYPES, autocast, resolve_precision
 from pipeline.session import RunConfig
 from pipeline.train_static import StaticConfig, run

@@ -16,7 +16,7 @@ from models.schedule import parse_schedule
 from models.spec import resolve_spec
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
-from pipeline.loop import seed_everything
+from pipeline.device import seed_everything
 from pipeline.plan import ExperimentPlan, GrowthConfig
 from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
 from pipeline.training.epoch_loop import fit

@@ -12,7 +12,7 @@ from pipeline.data.config import DataConfig, DataError
 from pipeline.data.label_noise import ASYMMETRIC_MAPS, check_noise, flip_labels, noise_table
 from pipeline.data.sources import FASHION_MNIST_CLASSES
 from pipeline.data.splits import load_data
-from pipeline.loop import seed_everything
+from pipeline.device import seed_everything
 from pipeline.main import MainConfig, resolve_preset
 from pipeline.report.runs import setting_of
 from pipeline.score_difficulty import Scored, noise_metrics, noise_report

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from models.spec import resolve_spec
-from pipeline.loop import evaluate_split, seed_everything
+from pipeline.device import seed_everything
+from pipeline.loop import evaluate_split
 from pipeline.precision import PrecisionError, autocast, cpu_bf16_fast, cpu_bf16_native, resolve_precision
 from pipeline.training.checkpoints import CheckpointError, load_checkpoint
 from pipeline.training.config import ConfigError, TrainConfig

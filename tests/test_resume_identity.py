@@ -6,7 +6,7 @@ from __future__ import annotations
 import mlflow
 import pytest
 
-from pipeline.loop import pick_device
+from pipeline.device import pick_device
 from pipeline.session import RESUME_MAY_DIFFER, check_resumable
 from pipeline.tracking.errors import UpstreamError
 

@@ -17,9 +17,9 @@ from torch import nn
 
 from models.spec import ArchSpec
 from pipeline.data.dataset import Data, Split
+from pipeline.device import seed_everything
 from pipeline.difficulty.folds import CrossFitLedger, Fold, check_folds, make_folds
 from pipeline.difficulty.scorers import MODEL_SCORERS, logits_of, loss_score
-from pipeline.loop import seed_everything
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
 from pipeline.training.state import FitState, new_state

@@ -12,7 +12,7 @@ import torch
 from models.builder import build_model
 from models.errors import UserError
 from models.spec import ArchSpec
-from pipeline.loop import place_model
+from pipeline.device import place_model
 from pipeline.precision import PrecisionError, resolve_precision
 from pipeline.training.average import WeightAverage
 from pipeline.training.config import TrainConfig, grown_parameters, make_optimizer

@@ -13,7 +13,7 @@ from torch import nn
 from models.errors import UserError
 from pipeline.cli import opt, option_name
 from pipeline.data.augment import AUGMENTATIONS
-from pipeline.loop import pick_device
+from pipeline.device import pick_device
 from pipeline.precision import PRECISIONS, resolve_precision
 
 

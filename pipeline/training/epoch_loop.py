@@ -18,15 +18,8 @@ from models.builder import SpecNet, count_parameters
 from models.flops import flops_per_example
 from pipeline.budget import BudgetMeter
 from pipeline.data.dataset import Data
-from pipeline.loop import (
-    EpochClock,
-    LossTerms,
-    StepRecipe,
-    cosine_lr,
-    evaluate_split,
-    place_model,
-    train_one_epoch,
-)
+from pipeline.device import place_model
+from pipeline.loop import EpochClock, LossTerms, StepRecipe, cosine_lr, evaluate_split, train_one_epoch
 from pipeline.precision import grad_scaler
 from pipeline.training import health, monitor, timing
 from pipeline.training.average import WeightAverage

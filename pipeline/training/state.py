@@ -9,7 +9,7 @@ import torch
 
 from models.builder import SpecNet, build_model
 from models.spec import ArchSpec
-from pipeline.loop import place_model
+from pipeline.device import place_model
 from pipeline.training.average import WeightAverage
 from pipeline.training.config import TrainConfig, make_optimizer
 

@@ -28,8 +28,9 @@ from pipeline.curriculum.diet import curriculum_pruning
 from pipeline.curriculum.inputs import prepare_curriculum
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
+from pipeline.device import pick_device, seed_everything
 from pipeline.logged_model import log_classifier
-from pipeline.loop import DivergenceError, pick_device, seed_everything
+from pipeline.loop import DivergenceError
 from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
 from pipeline.pruning import PruningError
 from pipeline.run_length import resolve_run_length
