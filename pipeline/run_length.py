@@ -33,10 +33,10 @@ from pipeline.budget import (
     parse_budget,
     scale_epoch,
 )
+from pipeline.curriculum.config import CurriculumConfig
 from pipeline.data.dataset import Data
 from pipeline.device import pick_device, place_model
 from pipeline.loop import EpochClock, StepRecipe, train_one_epoch
-from pipeline.plan import CurriculumConfig
 from pipeline.precision import grad_scaler
 from pipeline.training.config import TrainConfig
 

@@ -18,12 +18,13 @@ from models.spec import ArchSpec, resolve_spec
 from pipeline import plots
 from pipeline.cli import build_config, config_options, help_text
 from pipeline.codec import flat_params
+from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.curriculum.inputs import prepare_curriculum
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
 from pipeline.exits import ExitConfig, with_exits
-from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
+from pipeline.plan import ExperimentPlan, GrowthConfig
 from pipeline.run_length import resolve_run_length, scaled_curriculum, scaled_schedule
 from pipeline.session import RunConfig, TrainingOutcome, train_and_log, training_run
 from pipeline.tracking.artifacts import scratch_dir

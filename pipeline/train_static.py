@@ -13,12 +13,13 @@ import click
 from models.spec import ArchSpec, resolve_spec
 from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.codec import flat_params
+from pipeline.curriculum.config import CurriculumConfig
 from pipeline.curriculum.inputs import prepare_curriculum
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
 from pipeline.exits import ExitConfig, with_exits
-from pipeline.plan import CurriculumConfig, ExperimentPlan
+from pipeline.plan import ExperimentPlan
 from pipeline.run_length import resolve_run_length, scaled_curriculum
 from pipeline.session import RunConfig, TrainingOutcome, train_and_log, training_run
 from pipeline.tracking.guard import GuardedCommand, main_guard

@@ -27,9 +27,10 @@ import mlflow
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
 
 from pipeline import train_dynamic
+from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
 from pipeline.loop import DivergenceError
-from pipeline.plan import DynamicCurriculumConfig, GrowthConfig
+from pipeline.plan import GrowthConfig
 from pipeline.session import RunConfig
 from pipeline.training.config import TrainConfig
 from scripts.bench_dynamic import TUNING_SEEDS

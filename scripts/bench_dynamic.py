@@ -65,13 +65,14 @@ from models.flops import flops_per_example
 from models.schedule import named_schedule, validate_schedule
 from models.spec import ArchSpec, resolve_spec
 from pipeline import evaluate, score_difficulty, train_dynamic, train_static
+from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
 from pipeline.curriculum.diet import diet_of_growth
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
 from pipeline.device import seed_everything
 from pipeline.difficulty.scorers import MODEL_SCORERS, parse_scorers
-from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
+from pipeline.plan import GrowthConfig
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
 from pipeline.training.config import TrainConfig

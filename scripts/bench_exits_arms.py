@@ -15,10 +15,11 @@ import torch
 from models.flops import flops_per_example
 from models.io import load_model
 from pipeline import exits, train_dynamic, train_static
+from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
 from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.exits import ExitConfig
-from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
+from pipeline.plan import GrowthConfig
 from pipeline.session import RunConfig
 from pipeline.training.config import TrainConfig
 

@@ -40,9 +40,10 @@ from models.schedule import final_spec, parse_schedule
 from models.spec import NAMED_SPECS, resolve_spec
 from pipeline import train_dynamic, train_static
 from pipeline.curriculum import diet
+from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
-from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
+from pipeline.plan import GrowthConfig
 from pipeline.run_length import static_training_flops
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test

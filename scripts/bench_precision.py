@@ -26,9 +26,10 @@ import mlflow
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
 
 from pipeline import evaluate, score_difficulty, train_dynamic, train_static
+from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
 from pipeline.device import pick_device
-from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
+from pipeline.plan import GrowthConfig
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
 from pipeline.training.config import TrainConfig

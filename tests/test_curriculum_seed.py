@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from pipeline.curriculum.checks import CurriculumError
+from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.curriculum.diet import build_diet
 from pipeline.difficulty.scores_table import ScoresTable
-from pipeline.plan import DynamicCurriculumConfig
 from pipeline.training.config import TrainConfig
 
 

@@ -16,9 +16,10 @@ from models.builder import build_model
 from models.flops import flops_per_example
 from models.spec import resolve_spec
 from pipeline import evaluate, score_difficulty, train_dynamic, train_static
+from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
-from pipeline.plan import CurriculumConfig, DynamicCurriculumConfig, GrowthConfig
+from pipeline.plan import GrowthConfig
 from pipeline.session import RunConfig
 from pipeline.tracking.artifacts import NOISE_ARTIFACT
 from pipeline.training.config import TrainConfig

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
+from pipeline.curriculum.config import CurriculumConfig
 from pipeline.curriculum.diet import make_pruner
 from pipeline.curriculum.strategies import make_curriculum
-from pipeline.plan import CurriculumConfig
 from pipeline.pruning import LossPruner, PruningError
 from pipeline.training.config import TrainConfig
 

@@ -5,10 +5,10 @@ MLflow (through ``pipeline.difficulty.scores_table``).
 
 from __future__ import annotations
 
+from pipeline.curriculum.config import CurriculumConfig
 from pipeline.curriculum.diet import CurriculumSetup, build_diet, needs_scores
 from pipeline.data.dataset import Data
 from pipeline.difficulty.scores_table import find_scores_run, load_scores
-from pipeline.plan import CurriculumConfig
 from pipeline.tracking.errors import UpstreamError
 from pipeline.training.config import TrainConfig
 

@@ -49,13 +49,13 @@ from models.spec import resolve_spec
 from pipeline.budget import parse_budget
 from pipeline.cli import build_config, config_options, help_text
 from pipeline.codec import flat_params, to_argv
+from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.curriculum.inputs import prepare_curriculum
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
 from pipeline.difficulty.scores_table import find_scores_run
 from pipeline.logged_model import register_champion
-from pipeline.plan import DynamicCurriculumConfig
 from pipeline.run_length import run_cost
 from pipeline.tracking.artifacts import log_dataset, scratch_dir
 from pipeline.tracking.errors import raise_terminated

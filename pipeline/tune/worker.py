@@ -24,6 +24,7 @@ from models.spec import resolve_spec
 from pipeline.budget import scale_epoch
 from pipeline.codec import flat_params, non_default_params
 from pipeline.curriculum.checks import CurriculumError
+from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.curriculum.diet import curriculum_pruning
 from pipeline.curriculum.inputs import prepare_curriculum
 from pipeline.data.config import DataConfig
@@ -31,7 +32,7 @@ from pipeline.data.dataset import Data
 from pipeline.device import pick_device, seed_everything
 from pipeline.logged_model import log_classifier
 from pipeline.loop import DivergenceError
-from pipeline.plan import DynamicCurriculumConfig, ExperimentPlan, GrowthConfig
+from pipeline.plan import ExperimentPlan, GrowthConfig
 from pipeline.pruning import PruningError
 from pipeline.run_length import resolve_run_length
 from pipeline.tracking.artifacts import scratch_dir
