@@ -33,18 +33,8 @@ from pipeline.loop import DivergenceError
 from pipeline.plan import GrowthConfig
 from pipeline.session import RunConfig
 from pipeline.training.config import TrainConfig
-from scripts.bench_dynamic import TUNING_SEEDS
+from scripts.bench_common import REFERENCE_EPOCHS, TUNING_SEEDS, parse_seeds
 from scripts.bench_levers import LEVERS
-
-REFERENCE_EPOCHS = 12
-
-
-def parse_seeds(text: str) -> list[int]:
-    """``600-609`` or ``600,601,605``."""
-    if "-" in text:
-        first, last = (int(v) for v in text.split("-"))
-        return list(range(first, last + 1))
-    return [int(v) for v in text.split(",")]
 
 
 def one_run(data_cfg: DataConfig, lever: str, seed: int, precision: str, scores_run: str) -> dict:

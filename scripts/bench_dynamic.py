@@ -56,112 +56,29 @@ from pathlib import Path
 
 import click
 import mlflow
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
 
-from models.builder import build_model
-from models.flops import flops_per_example
 from models.schedule import named_schedule, validate_schedule
 from models.spec import ArchSpec, resolve_spec
-from pipeline import evaluate, score_difficulty, train_dynamic, train_static
+from pipeline import evaluate, train_dynamic, train_static
 from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
 from pipeline.curriculum.diet import diet_of_growth
 from pipeline.data.config import DataConfig
-from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
-from pipeline.device import seed_everything
-from pipeline.difficulty.scorers import MODEL_SCORERS, parse_scorers
 from pipeline.plan import GrowthConfig
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import TrainingPlan, fit
-from pipeline.training.state import new_state
+from scripts.bench_common import REPORT_SEEDS, TUNING_SEEDS, machine, points, scores_with_cost, warm_up
 
-TUNING_SEEDS = (0, 1, 2)  # the seeds the defaults were chosen on (validation split)
-REPORT_SEEDS = "100,101,102,103,104"
 ARMS = ("static", "dynamic", "curriculum")  # shuffled per seed; same_time follows them
 CURRICULUM_ARMS = ("dynamic", "curriculum")  # the arms that need score_difficulty
-
-
-def _points(test: dict) -> dict:
-    """A paired test of accuracies (fractions) in percentage points, rounded for reading."""
-    keys = ("mean_diff", "ci_low", "ci_high")
-    return {**test, **{k: round(100 * test[k], 3) for k in keys}}
 
 
 def same_architecture(a: ArchSpec, b: ArchSpec) -> bool:
     """The same network: input, classes and layers (names aside)."""
     return (a.input_shape, a.num_classes, list(a.layers)) == (b.input_shape, b.num_classes, list(b.layers))
-
-
-def machine() -> dict:
-    return {
-        "torch_threads": torch.get_num_threads(),
-        "omp_num_threads": os.environ.get("OMP_NUM_THREADS", ""),
-        "cpu_count": os.cpu_count(),
-        "loadavg_1_5_15": list(os.getloadavg()),
-    }
-
-
-class _FirstBatches(TrainingPlan):
-    def positions(self, epoch, model, data):
-        return torch.arange(min(len(data.train), 1024))
-
-
-def warm_up(data: Data, specs: list[ArchSpec]) -> float:
-    """A few untimed batches of every spec the arms train, so no arm pays for first calls."""
-    start = time.perf_counter()
-    cfg = TrainConfig(epochs=1)
-    for spec in specs:
-        seed_everything(0, False)
-        fit(new_state(spec, cfg, torch.device("cpu")), data, cfg, _FirstBatches())
-    return time.perf_counter() - start
-
-
-def scoring_cost(scores_run: str, data: Data, measured_s: float | None) -> dict:
-    """score_difficulty's time and FLOPs, from its run's parameters and metrics."""
-    run = mlflow.get_run(scores_run)
-    params, metrics = run.data.params, run.data.metrics
-    folds, repeats, epochs = int(params["folds"]), int(params["repeats"]), int(params["epochs"])
-    spec = resolve_spec(params["spec"], data.input_shape, data.num_classes)
-    flops = flops_per_example(build_model(spec), data.input_shape)
-    n_train, n_val = len(data.train), len(data.val)
-    n_test = int(params.get("data_size_test", 0))
-    models = folds * repeats
-    names = parse_scorers(params["scorers"])
-    snapshots = {
-        None if (a := MODEL_SCORERS[s].after_epochs) is None or a >= epochs else a
-        for s in names
-        if s in MODEL_SCORERS
-    }
-    train_flops = flops["train"] * epochs * repeats * (folds - 1) * n_train
-    forward_examples = models * epochs * n_val + repeats * len(snapshots) * (
-        n_train + folds * (n_val + n_test)
-    )
-    return {
-        "run": scores_run,
-        "seconds": measured_s if measured_s is not None else metrics["time/total_s"],
-        "clock": "timed here around the whole step"
-        if measured_s is not None
-        else "its own logged time/total_s (another time, maybe another load)",
-        "fold_models_s": metrics.get("time/models_s"),
-        "flops": train_flops + flops["forward"] * forward_examples,
-        "flops_fold_training": train_flops,
-        "fold_models": models,
-    }
-
-
-def scores_with_cost(data_cfg: DataConfig, data: Data, scores_run: str = "") -> tuple[str, dict]:
-    """The score_difficulty run the curriculum arms use (run here and timed, unless given) and
-    its cost (``scoring_cost``)."""
-    measured = None
-    if not scores_run:
-        start = time.perf_counter()
-        scores_run = score_difficulty.run(data_cfg, score_difficulty.ScoreConfig())
-        measured = time.perf_counter() - start
-    return scores_run, scoring_cost(scores_run, data, measured)
 
 
 def run_arm(name: str, run) -> dict:
@@ -309,7 +226,7 @@ def main(
 
     column = lambda key: [r[key] for r in rows]
     acc = lambda arm, split="test_acc": [r[arm][split] for r in rows]
-    vs_static = _points(paired_test(acc("dynamic"), acc("static")))
+    vs_static = points(paired_test(acc("dynamic"), acc("static")))
     ratio = summary(column("time_ratio_charged"))
     result = {
         "seeds": seed_list,
@@ -349,9 +266,9 @@ def main(
             arm: summary(100 * a for a in acc(arm, "val_acc")) for arm in (*ARMS, "same_time")
         },
         "dynamic_minus_static": vs_static,
-        "dynamic_minus_curriculum_static": _points(paired_test(acc("dynamic"), acc("curriculum"))),
-        "curriculum_static_minus_static": _points(paired_test(acc("curriculum"), acc("static"))),
-        "dynamic_minus_same_time_static": _points(paired_test(acc("dynamic"), acc("same_time"))),
+        "dynamic_minus_curriculum_static": points(paired_test(acc("dynamic"), acc("curriculum"))),
+        "curriculum_static_minus_static": points(paired_test(acc("curriculum"), acc("static"))),
+        "dynamic_minus_same_time_static": points(paired_test(acc("dynamic"), acc("same_time"))),
         "targets": {
             f"time_ratio (scoring charged) <= {max_time_ratio}": ratio["mean"] <= max_time_ratio,
             f"test_acc >= static - {max_acc_drop} points": vs_static["mean_diff"] >= -max_acc_drop,

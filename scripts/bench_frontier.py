@@ -77,14 +77,20 @@ from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
 from pipeline.training.config import TrainConfig
 from pipeline.training.timing import trained_s
-from scripts.bench_common import write_json
-from scripts.bench_dynamic import REPORT_SEEDS, TUNING_SEEDS, machine, scores_with_cost, warm_up
+from scripts.bench_common import (
+    REFERENCE_EPOCHS,
+    REPORT_SEEDS,
+    TUNING_SEEDS,
+    machine,
+    points,
+    scores_with_cost,
+    warm_up,
+    write_json,
+)
 from scripts.bench_frontier_figure import plot
 from scripts.bench_frontier_findings import health_counts, print_findings
 from scripts.bench_frontier_tiers import by_tier, test_by_tier
 from scripts.bench_levers import DYNAMIC_BEFORE, LEVERS, dynamic_recipe, grown_into
-
-REFERENCE_EPOCHS = 12
 
 
 def run_one(call) -> dict:
@@ -144,11 +150,6 @@ def cheapest_static_covering(static: list[dict], flops: float) -> float | None:
     cost at which static, given no less compute, is set against a dynamic run; None if none."""
     covering = [p["fraction"] for p in static if p["fraction"] < 1.0 and p["flops"]["mean"] >= flops]
     return min(covering, default=None)
-
-
-def _points(test: dict) -> dict:
-    """A paired test's difference and interval in accuracy points."""
-    return {k: 100 * test[k] for k in ("mean_diff", "ci_low", "ci_high")}
 
 
 def first_match(times: list[float], accs: list[float], target: float) -> float:
@@ -364,7 +365,7 @@ def main(
 
     at_budget = {
         share: {
-            "test_points": _points(paired_test(acc("dynamic", share), acc("static", share))),
+            "test_points": points(paired_test(acc("dynamic", share), acc("static", share))),
             "wallclock_ratio": ratio(share, "train_s"),
             "flops_ratio": ratio(share, "flops"),
         }
@@ -394,7 +395,7 @@ def main(
         pairs = list(zip(cell("dynamic-12ep", 1.0), cell("static", f_share)))
         against_cost = {
             "static_fraction": f_share,
-            "test_points": _points(paired_test(acc("dynamic-12ep", 1.0), acc("static", f_share))),
+            "test_points": points(paired_test(acc("dynamic-12ep", 1.0), acc("static", f_share))),
             "wallclock_ratio": summary([d["train_s"] / s["train_s"] for d, s in pairs]),
             "flops_ratio": summary([d["flops"] / s["flops"] for d, s in pairs]),
         }
@@ -421,16 +422,16 @@ def main(
         "lever": lever_entry,
         "b_dynamic_flops_share": at_share,
         "b_wallclock_ratio": None if at_share is None else per_share[at_share]["wallclock_ratio"],
-        "b_test_points_at_static_12_wallclock": None if at_cost is None else _points(at_cost),
+        "b_test_points_at_static_12_wallclock": None if at_cost is None else points(at_cost),
         "b_test": at_cost,
         "per_dynamic_budget": {
             str(share): {
-                "test_points": _points(v["test"]),
+                "test_points": points(v["test"]),
                 "wallclock_ratio": v["wallclock_ratio"],
             }
             for share, v in per_share.items()
         },
-        "c_test_points_at_equal_epochs": _points(at_epochs),
+        "c_test_points_at_equal_epochs": points(at_epochs),
         "c_wallclock_ratio_at_equal_epochs": summary(time_12),
         "d_at_equal_budget": {str(share): v for share, v in at_budget.items()},
         "e_by_tier_against_static_12": by_tier(runs),

@@ -35,8 +35,7 @@ from pipeline.training import health
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
 from pipeline.training.state import new_state
-
-REFERENCE_EPOCHS = 12
+from scripts.bench_common import REFERENCE_EPOCHS
 
 # name -> (TrainConfig options, GrowthConfig options, start spec)
 LEVERS: dict[str, tuple[dict, dict, str]] = {

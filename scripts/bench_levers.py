@@ -48,9 +48,8 @@ from pipeline.run_length import static_training_flops
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test
 from pipeline.training.config import TrainConfig
-from scripts.bench_dynamic import TUNING_SEEDS, machine, scores_with_cost
+from scripts.bench_common import REFERENCE_EPOCHS, TUNING_SEEDS, machine, scores_with_cost
 
-REFERENCE_EPOCHS = 12
 ARMS = ("static", "static-diet", "static-twin", "dynamic")
 
 # The default schedule (everything at a quarter of 12 epochs) plus a second residual block at 7x7.

@@ -33,7 +33,7 @@ from pipeline.plan import GrowthConfig
 from pipeline.session import RunConfig
 from pipeline.stats import paired_test, summary
 from pipeline.training.config import TrainConfig
-from scripts.bench_dynamic import machine
+from scripts.bench_common import machine
 
 
 @click.command()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.bench_collapse import parse_seeds, summarise
+from scripts.bench_collapse import summarise
+from scripts.bench_common import parse_seeds
 
 
 def test_seeds_are_a_range_or_a_list():
