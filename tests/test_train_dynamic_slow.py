@@ -62,11 +62,11 @@ def test_train_dynamic_through_mlflow_run_grows_and_follows_the_curriculum(track
     assert {row["tiers_present"] for row in schedule[2:]} == {"easy+medium+hard"}
     counts = [row["count"] for row in schedule]
     assert counts[0] < counts[1] < counts[2] == counts[-1]
-    # Pruning (0.3 from the growth on) trains on fewer examples than the curriculum offers,
-    # except in the annealing tail, the last epoch, which uses them all.
-    assert plan["pruning"]["start"] == 3
-    assert examples[:3] == counts[:3]
-    assert all(used < offered for used, offered in zip(examples[3:-1], counts[3:-1]))
+    # Pruning (0.3 from the epoch after the growth on) trains on fewer examples than the
+    # curriculum offers, except in the annealing tail, the last epoch, which uses them all.
+    assert plan["pruning"]["start"] == 4
+    assert examples[:4] == counts[:4]
+    assert all(used < offered for used, offered in zip(examples[4:-1], counts[4:-1]))
     assert examples[-1] == counts[-1]
     for key in (
         "val/acc_easy",
