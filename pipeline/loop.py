@@ -143,7 +143,7 @@ def train_one_epoch(
     precision, scaler, mixup = recipe.precision, recipe.scaler, recipe.mixup
     label_smoothing, clip_grad = recipe.label_smoothing, recipe.clip_grad
     terms = terms or LossTerms()
-    weights, exit_weights = terms.weights, terms.exit_weights
+    weights = terms.weights
     model.train()
     device = split.x.device
     order = positions[torch.randperm(len(positions), generator=generator)].to(device)
@@ -176,39 +176,12 @@ def train_one_epoch(
         for group in optimizer.param_groups:  # growth's new layers may train at a multiple
             group["lr"] = lr * group.get("lr_scale", 1.0)
         with autocast(precision, device):
-            outputs = model(x, exits=True) if exit_weights is not None else [model(x)]
-            logits = outputs[-1]
-            # autocast computes cross-entropy in fp32 whatever the logits' dtype
-            if exit_weights is None and weights is None and per_example is None:
-                loss_of = functools.partial(
-                    nn.functional.cross_entropy, logits, label_smoothing=label_smoothing
-                )
-                loss = _mixed(loss_of, y, y_partner, lam)
-                batch_loss = loss.detach() * len(idx)
-            else:
-                loss_of = functools.partial(
-                    deep_supervision_loss,
-                    outputs,
-                    weights=exit_weights or (),
-                    label_smoothing=label_smoothing,
-                )
-                each = _mixed(loss_of, y, y_partner, lam)  # (B,)
-                loss = (each * weights[idx]).mean() if weights is not None else each.mean()
-                batch_loss = each.detach().sum()
-                if per_example is not None:
-                    per_example[b * batch_size : b * batch_size + len(idx)] = each.detach()
-        optimizer.zero_grad(set_to_none=True)
-        if scaler is None:
-            loss.backward()
-            _clip(optimizer, clip_grad)
-            optimizer.step()
-        else:
-            scaler.scale(loss).backward()
-            if clip_grad > 0:
-                scaler.unscale_(optimizer)  # clip the true gradient, not the scaled one
-            _clip(optimizer, clip_grad)
-            scaler.step(optimizer)
-            scaler.update()
+            batch_weights = None if weights is None else weights[idx]
+            logits, loss, each = _loss(model, x, y, y_partner, lam, batch_weights, label_smoothing, terms)
+        batch_loss = loss.detach() * len(idx) if each is None else each.sum()
+        if per_example is not None:
+            per_example[b * batch_size : b * batch_size + len(idx)] = each
+        _step(optimizer, loss, scaler, clip_grad)
         if after_step is not None:
             after_step()
         losses[b] = batch_loss
@@ -225,6 +198,54 @@ def train_one_epoch(
     if per_example is not None:
         stats.order, stats.losses = order[:n].cpu(), per_example[:n].cpu()
     return stats
+
+
+def _loss(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    y_partner: torch.Tensor | None,
+    lam: float,
+    weights: torch.Tensor | None,
+    label_smoothing: float,
+    terms: LossTerms,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The head's logits, the batch's training loss and, where the epoch weighs examples, has
+    exits or records each example's loss, each example's loss (detached; else None)."""
+    exit_weights = terms.exit_weights
+    outputs = model(x, exits=True) if exit_weights is not None else [model(x)]
+    logits = outputs[-1]
+    # autocast computes cross-entropy in fp32 whatever the logits' dtype
+    if exit_weights is None and weights is None and not terms.example_losses:
+        loss_of = functools.partial(nn.functional.cross_entropy, logits, label_smoothing=label_smoothing)
+        return logits, _mixed(loss_of, y, y_partner, lam), None
+    loss_of = functools.partial(
+        deep_supervision_loss, outputs, weights=exit_weights or (), label_smoothing=label_smoothing
+    )
+    each = _mixed(loss_of, y, y_partner, lam)  # (B,)
+    loss = (each * weights).mean() if weights is not None else each.mean()
+    return logits, loss, each.detach()
+
+
+def _step(
+    optimizer: torch.optim.Optimizer,
+    loss: torch.Tensor,
+    scaler: torch.amp.GradScaler | None,
+    clip_grad: float,
+) -> None:
+    """Backward and one optimizer step, through fp16's ``scaler`` when there is one."""
+    optimizer.zero_grad(set_to_none=True)
+    if scaler is None:
+        loss.backward()
+        _clip(optimizer, clip_grad)
+        optimizer.step()
+    else:
+        scaler.scale(loss).backward()
+        if clip_grad > 0:
+            scaler.unscale_(optimizer)  # clip the true gradient, not the scaled one
+        _clip(optimizer, clip_grad)
+        scaler.step(optimizer)
+        scaler.update()
 
 
 def _clip(optimizer: torch.optim.Optimizer, max_norm: float) -> None:

@@ -19,7 +19,15 @@ from models.flops import flops_per_example
 from pipeline.budget import BudgetMeter
 from pipeline.data.dataset import Data
 from pipeline.device import place_model
-from pipeline.loop import EpochClock, LossTerms, StepRecipe, cosine_lr, evaluate_split, train_one_epoch
+from pipeline.loop import (
+    EpochClock,
+    EpochStats,
+    LossTerms,
+    StepRecipe,
+    cosine_lr,
+    evaluate_split,
+    train_one_epoch,
+)
 from pipeline.precision import grad_scaler
 from pipeline.training import health, monitor, timing
 from pipeline.training.average import WeightAverage
@@ -132,117 +140,19 @@ def fit(
     ``--ema-decay``, validation sees the weight average, and at the end the model takes its
     weights.
     """
-    lr_at = functools.partial(learning_rate, cfg, state.trace)
-    if meter is not None and meter.budget.unit == "seconds":
-
-        def lr_at(steps_progress: float) -> float:  # the schedule follows the clock (budget.py)
-            return learning_rate(cfg, state.trace, max(steps_progress, meter.progress))
-
-    flops = flops_per_example(state.model, data.input_shape)
-    device = data.train.x.device
-    scaler = grad_scaler(state.precision, device)
-    forward = _compiled(state.model, cfg)
-    plan.precision = state.precision
-    noise_probe = noise_probe_positions(data.train) if data.noisy else None
+    loop = _EpochLoop(state, data, cfg, plan, val_tiers=val_tiers, meter=meter, progress_bar=progress_bar)
     chance = health.top_share(data.val.y)
-    if cfg.ema_decay > 0 and state.average is None:
-        state.average = WeightAverage(state.model, cfg.ema_decay)
     parts = state.time_parts
-    order = monitor.sample_order(data.val.y)
-    watched = {e + d for e in plan.growth_epochs() for d in (-1, 0)} | {cfg.epochs - 1}
     for epoch in range(state.epoch, cfg.epochs):
         epoch_start = time.perf_counter()
         before = dict(parts)
-        with timing.timed(parts, "growth"):
-            model, optimizer, events = plan.before_epoch(epoch, state.model, state.optimizer)
-        if model is not state.model:
-            place_model(model, device)  # new layers take the layout of the old ones
-            flops = flops_per_example(model, data.input_shape)
-            forward = _compiled(model, cfg)
-            if state.average is not None:  # the old shape's average cannot follow the new one
-                state.average = WeightAverage(model, state.average.decay)
-        state.model, state.optimizer = model, optimizer
-        state.trace.events.extend(events)
-        with timing.timed(parts, "diet"):
-            positions = plan.positions(epoch, state.model, data)
-            weights = plan.example_weights(epoch)
-        allows = None
-        if meter is not None:  # seconds budgets count the seconds that train (timing.py)
-            flops_spent = meter.budget.unit == "flops"
-            meter.spent = state.cumulative_train_flops if flops_spent else timing.trained_s(parts)
-            allows = functools.partial(_budget_allows, meter, flops["train"])
-        train_start = time.perf_counter()
-        stats = train_one_epoch(
-            forward,
-            state.optimizer,
-            data.train,
-            positions,
-            StepRecipe.of(cfg, state.precision, scaler),
-            EpochClock(lr_at, epoch, cfg.epochs, state.global_step, state.generator),
-            LossTerms(
-                weights=None if weights is None else weights.to(data.train.x.device),
-                example_losses=plan.wants_example_losses(epoch),
-                exit_weights=plan.weights_for(state.model),
-            ),
-            allows=allows,
-            after_step=None if state.average is None else state.average.update,
-            progress_bar=progress_bar,
-        )
-        parts["train"] = parts.get("train", 0.0) + time.perf_counter() - train_start
+        events = loop.grow(epoch)
+        positions, stats = loop.train(epoch)
         if stats.examples == 0:  # the budget could not pay for a single step of this epoch
             state.stop_reason = "budget"
             break
-        if stats.losses is not None:
-            with timing.timed(parts, "diet"):
-                plan.record_losses(stats.order, stats.losses)
-        if meter is not None and meter.budget.unit == "seconds":
-            # What trained outside the steps (the diet's bookkeeping, growth, the epoch's set-up)
-            # is kept back; and a next epoch that could not pay its first step is not begun:
-            # this one is the last (validated whole).
-            meter.reserve_s = timing.trained_s(parts) - timing.trained_s(before) - stats.seconds
-            meter.spent = timing.trained_s(parts)
-            meter.allows(0, cfg.batch_size, flops["train"], 0.0)
-        scored = forward if state.average is None else state.average.model
-        with timing.timed(parts, "val"):
-            whole = epoch in watched or bool(events) or data.noisy or (meter is not None and meter.exhausted)
-            n_val = monitor.examples_to_read(cfg.monitor_share, stats.examples, len(data.val), whole)
-            read = order[:n_val] if n_val < len(data.val) else None
-            split = data.val if read is None else data.val.take(read)
-            val = evaluate_split(scored, split, cfg.eval_batch_size, precision=state.precision)
-            tiers = val_tiers if read is None or val_tiers is None else val_tiers[read]
-            by_tier = tier_accuracies(val, tiers, "val")
-        state.global_step += stats.steps
-        state.cumulative_train_flops += flops["train"] * stats.examples
-        params = count_parameters(state.model)
-        state.trace.record_epoch(epoch, state.model.spec, params, flops)
-        epoch_s = time.perf_counter() - epoch_start
-        state.cumulative_s += epoch_s
-        metrics = {
-            "train/loss": stats.loss,
-            "train/acc": stats.acc,
-            "val/loss": val.loss,
-            "val/acc": val.acc,
-            # a network that predicts one class for everything has died (pipeline/training/health.py)
-            "val/top_class_share": health.top_share(val.predictions),
-            "val/examples": len(split),
-            **by_tier,
-            "train/lr": stats.lr,
-            "train/examples": stats.examples,
-            "time/train_s": stats.seconds,
-            "time/epoch_s": epoch_s,
-            "time/cumulative_s": state.cumulative_s,
-            "throughput/samples_per_s": stats.examples / max(stats.seconds, 1e-9),
-            "model/params": params,
-            "model/flops_per_example": flops["forward"],
-            "train/flops_cumulative": state.cumulative_train_flops,
-            **plan.epoch_info(epoch),
-        }
-        with timing.timed(parts, "probe"):
-            if state.model.spec.exits:  # outside the epoch's time too: a probe of each exit
-                probed = state.model if state.average is None else state.average.model
-                metrics.update(exit_accuracies(probed, data.val, cfg.eval_batch_size))
-            if data.noisy:  # measured outside the epoch's time: a probe, not part of training
-                metrics.update(noise_metrics(scored, data, positions, val, noise_probe, cfg, state.precision))
+        loop.after_training(stats, before)
+        metrics = loop.validate(epoch, events, stats, positions, epoch_start)
         metrics.update(timing.epoch_metrics(before, parts))
         state.history.append({"epoch": epoch, **metrics})
         state.epoch = epoch + 1
@@ -264,6 +174,158 @@ def fit(
     if state.average is not None:  # what was validated is what is logged and evaluated
         state.model.load_state_dict(state.average.model.state_dict())
     return state
+
+
+class _EpochLoop:
+    """What ``fit`` sets up once for a run, and the parts of each epoch: growth, the training
+    step over the epoch's examples, validation with its probes. Each part's seconds go to
+    ``state.time_parts`` (``timing.py``)."""
+
+    def __init__(
+        self,
+        state: FitState,
+        data: Data,
+        cfg: TrainConfig,
+        plan: TrainingPlan,
+        *,
+        val_tiers: torch.Tensor | None,
+        meter: BudgetMeter | None,
+        progress_bar: bool,
+    ):
+        self.state, self.data, self.cfg, self.plan = state, data, cfg, plan
+        self.val_tiers, self.meter, self.progress_bar = val_tiers, meter, progress_bar
+        self.parts = state.time_parts
+        self.lr_at = functools.partial(learning_rate, cfg, state.trace)
+        if meter is not None and meter.budget.unit == "seconds":
+
+            def lr_at(steps_progress: float) -> float:  # the schedule follows the clock (budget.py)
+                return learning_rate(cfg, state.trace, max(steps_progress, meter.progress))
+
+            self.lr_at = lr_at
+        self.flops = flops_per_example(state.model, data.input_shape)
+        self.device = data.train.x.device
+        self.scaler = grad_scaler(state.precision, self.device)
+        self.forward = _compiled(state.model, cfg)
+        plan.precision = state.precision
+        self.noise_probe = noise_probe_positions(data.train) if data.noisy else None
+        if cfg.ema_decay > 0 and state.average is None:
+            state.average = WeightAverage(state.model, cfg.ema_decay)
+        self.val_order = monitor.sample_order(data.val.y)
+        # Validation reads the whole split around each growth event and at the end.
+        self.watched = {e + d for e in plan.growth_epochs() for d in (-1, 0)} | {cfg.epochs - 1}
+
+    def grow(self, epoch: int) -> list[dict]:
+        """The plan's growth before ``epoch``: the new model and optimizer; its events."""
+        state = self.state
+        with timing.timed(self.parts, "growth"):
+            model, optimizer, events = self.plan.before_epoch(epoch, state.model, state.optimizer)
+        if model is not state.model:
+            place_model(model, self.device)  # new layers take the layout of the old ones
+            self.flops = flops_per_example(model, self.data.input_shape)
+            self.forward = _compiled(model, self.cfg)
+            if state.average is not None:  # the old shape's average cannot follow the new one
+                state.average = WeightAverage(model, state.average.decay)
+        state.model, state.optimizer = model, optimizer
+        state.trace.events.extend(events)
+        return events
+
+    def train(self, epoch: int) -> tuple[torch.Tensor, EpochStats]:
+        """The epoch's examples (the plan's diet) and one pass of training steps over them."""
+        state, cfg, meter = self.state, self.cfg, self.meter
+        with timing.timed(self.parts, "diet"):
+            positions = self.plan.positions(epoch, state.model, self.data)
+            weights = self.plan.example_weights(epoch)
+        allows = None
+        if meter is not None:  # seconds budgets count the seconds that train (timing.py)
+            flops_spent = meter.budget.unit == "flops"
+            meter.spent = state.cumulative_train_flops if flops_spent else timing.trained_s(self.parts)
+            allows = functools.partial(_budget_allows, meter, self.flops["train"])
+        train_start = time.perf_counter()
+        stats = train_one_epoch(
+            self.forward,
+            state.optimizer,
+            self.data.train,
+            positions,
+            StepRecipe.of(cfg, state.precision, self.scaler),
+            EpochClock(self.lr_at, epoch, cfg.epochs, state.global_step, state.generator),
+            LossTerms(
+                weights=None if weights is None else weights.to(self.device),
+                example_losses=self.plan.wants_example_losses(epoch),
+                exit_weights=self.plan.weights_for(state.model),
+            ),
+            allows=allows,
+            after_step=None if state.average is None else state.average.update,
+            progress_bar=self.progress_bar,
+        )
+        self.parts["train"] = self.parts.get("train", 0.0) + time.perf_counter() - train_start
+        return positions, stats
+
+    def after_training(self, stats: EpochStats, before: dict[str, float]) -> None:
+        """The plan sees the examples' losses; a seconds budget settles what the epoch spent."""
+        if stats.losses is not None:
+            with timing.timed(self.parts, "diet"):
+                self.plan.record_losses(stats.order, stats.losses)
+        meter = self.meter
+        if meter is not None and meter.budget.unit == "seconds":
+            # What trained outside the steps (the diet's bookkeeping, growth, the epoch's set-up)
+            # is kept back; and a next epoch that could not pay its first step is not begun:
+            # this one is the last (validated whole).
+            meter.reserve_s = timing.trained_s(self.parts) - timing.trained_s(before) - stats.seconds
+            meter.spent = timing.trained_s(self.parts)
+            meter.allows(0, self.cfg.batch_size, self.flops["train"], 0.0)
+
+    def validate(
+        self, epoch: int, events: list[dict], stats: EpochStats, positions: torch.Tensor, epoch_start: float
+    ) -> dict:
+        """Validation (the whole split or the monitoring sample), the epoch's bookkeeping and
+        its metrics, with the probes of early exits and label noise."""
+        state, data, cfg, meter = self.state, self.data, self.cfg, self.meter
+        scored = self.forward if state.average is None else state.average.model
+        with timing.timed(self.parts, "val"):
+            whole = (
+                epoch in self.watched or bool(events) or data.noisy or (meter is not None and meter.exhausted)
+            )
+            n_val = monitor.examples_to_read(cfg.monitor_share, stats.examples, len(data.val), whole)
+            read = self.val_order[:n_val] if n_val < len(data.val) else None
+            split = data.val if read is None else data.val.take(read)
+            val = evaluate_split(scored, split, cfg.eval_batch_size, precision=state.precision)
+            tiers = self.val_tiers if read is None or self.val_tiers is None else self.val_tiers[read]
+            by_tier = tier_accuracies(val, tiers, "val")
+        state.global_step += stats.steps
+        state.cumulative_train_flops += self.flops["train"] * stats.examples
+        params = count_parameters(state.model)
+        state.trace.record_epoch(epoch, state.model.spec, params, self.flops)
+        epoch_s = time.perf_counter() - epoch_start
+        state.cumulative_s += epoch_s
+        metrics = {
+            "train/loss": stats.loss,
+            "train/acc": stats.acc,
+            "val/loss": val.loss,
+            "val/acc": val.acc,
+            # a network that predicts one class for everything has died (pipeline/training/health.py)
+            "val/top_class_share": health.top_share(val.predictions),
+            "val/examples": len(split),
+            **by_tier,
+            "train/lr": stats.lr,
+            "train/examples": stats.examples,
+            "time/train_s": stats.seconds,
+            "time/epoch_s": epoch_s,
+            "time/cumulative_s": state.cumulative_s,
+            "throughput/samples_per_s": stats.examples / max(stats.seconds, 1e-9),
+            "model/params": params,
+            "model/flops_per_example": self.flops["forward"],
+            "train/flops_cumulative": state.cumulative_train_flops,
+            **self.plan.epoch_info(epoch),
+        }
+        with timing.timed(self.parts, "probe"):
+            if state.model.spec.exits:  # outside the epoch's time too: a probe of each exit
+                probed = state.model if state.average is None else state.average.model
+                metrics.update(exit_accuracies(probed, data.val, cfg.eval_batch_size))
+            if data.noisy:  # measured outside the epoch's time: a probe, not part of training
+                metrics.update(
+                    noise_metrics(scored, data, positions, val, self.noise_probe, cfg, state.precision)
+                )
+        return metrics
 
 
 def _budget_allows(
