@@ -291,16 +291,7 @@ def train_and_log(
     seed_everything(cfg.seed, cfg.deterministic)
     mlflow.set_tag("device", str(device))
     with scratch_dir() as tmp:
-        if resume_run_id:
-            ckpt = resume_checkpoint(resume_run_id, tmp / "resume")
-            state = load_checkpoint(ckpt, cfg, plan, device)
-            if state.epoch >= cfg.epochs:
-                raise UpstreamError(
-                    f"--resume {resume_run_id}: its checkpoint is at epoch {state.epoch}"
-                    f" of {cfg.epochs}; nothing is left to train"
-                )
-        else:
-            state = new_state(spec, cfg, device)
+        state = _first_state(spec, cfg, plan, device, resume_run_id, tmp)
         mlflow.set_tag("precision_resolved", state.precision)
         on_device = data.to(device)
         ckpt_path = tmp / "last.pt"
@@ -339,7 +330,31 @@ def train_and_log(
         health_line = "" if verdict.verdict == "ok" else f"\nhealth {verdict.describe()}"
         log_final_artifacts(state, plan, tmp, title=run_title(run_name) + health_line)
         model_id = log_classifier(state.model, data, run_name, tmp)
-    # Linked to the logged model too: the UI's Models tab shows them beside it.
+    _log_run_metrics(state, total_s, model_id)
+    if length is not None:
+        log_budget(length, state)
+    return TrainingOutcome(state, total_s)
+
+
+def _first_state(
+    spec: ArchSpec, cfg: TrainConfig, plan: TrainingPlan, device: torch.device, resume_run_id: str, tmp: Path
+) -> FitState:
+    """A new state of ``spec``, or with ``--resume`` the run's last checkpoint (a finished one
+    leaves nothing to train: an error)."""
+    if not resume_run_id:
+        return new_state(spec, cfg, device)
+    state = load_checkpoint(resume_checkpoint(resume_run_id, tmp / "resume"), cfg, plan, device)
+    if state.epoch >= cfg.epochs:
+        raise UpstreamError(
+            f"--resume {resume_run_id}: its checkpoint is at epoch {state.epoch}"
+            f" of {cfg.epochs}; nothing is left to train"
+        )
+    return state
+
+
+def _log_run_metrics(state: FitState, total_s: float, model_id: str) -> None:
+    """The run's totals: its seconds by part and its final validation figures, linked to the
+    logged model too (the UI's Models tab shows them beside it)."""
     mlflow.log_metrics(
         {
             "time/total_s": state.cumulative_s,
@@ -350,9 +365,6 @@ def train_and_log(
         },
         model_id=model_id,
     )
-    if length is not None:
-        log_budget(length, state)
-    return TrainingOutcome(state, total_s)
 
 
 def run_title(run_name: str) -> str:

@@ -193,11 +193,8 @@ def log_report(study: optuna.Study, parent_run_id: str) -> dict[str, float]:
 def run(
     data_cfg: DataConfig, train_cfg: TrainConfig, space_cfg: SpaceConfig, study_cfg: StudyConfig
 ) -> optuna.Study:
-    train_cfg.validate()
-    parse_budget(train_cfg.budget, train_cfg.epochs, run_cost)  # a bad budget fails before any trial
-    study_cfg.validate()
-    if space_cfg.lr_factor < 1:
-        raise ConfigError(f"--lr-factor must be >= 1, got {space_cfg.lr_factor}")
+    configs = (data_cfg, train_cfg, space_cfg, study_cfg)
+    _check_options(*configs)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # each trial prints its own one line
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # scores load per trial
     # Heartbeats, retries and metric names are "experimental" in Optuna 5; we rely on them knowingly.
@@ -207,47 +204,11 @@ def run(
         worker_index: int | None = int(os.environ[WORKER_INDEX_ENV])
     else:
         worker_index = None if study_cfg.worker else 0
-    configs = (data_cfg, train_cfg, space_cfg, study_cfg)
     if study_cfg.worker:
-        signal.signal(signal.SIGTERM, raise_terminated)  # a stopped worker closes its trial's run
-        study = wait_for_study(url, study_cfg, train_cfg.epochs, worker_index)
-        check_definition(study, definition(*configs))
-        check_parent(study)
-        if study_cfg.workers > 1:
-            run_worker_processes(study_cfg.workers, configs, url)
-            return study
-        data = load_data(data_cfg)
-        check_data(study, data)
-        Worker(data, configs, study).work(study_cfg.n_trials)
-        return study
-
+        return _work_on(url, configs, worker_index)
     data = load_data(data_cfg)  # never the test split
     start = resolve_spec(space_cfg.start_spec, data.input_shape, data.num_classes)
-    scores_run_id, pacings, note = resolve_scores(space_cfg, data)
-    space = search_space.SearchSpace(
-        train_cfg.epochs,
-        space_cfg.max_events,
-        search_space.split_list(space_cfg.layer_types),
-        pacings,
-        train_cfg.lr / space_cfg.lr_factor,
-        train_cfg.lr * space_cfg.lr_factor,
-    ).validate()
-    study, created = open_study(make_storage(url, study_cfg), study_cfg, train_cfg.epochs, worker_index)
-    mine = definition(*configs)
-    if created:
-        for key, value in {
-            STUDY_DEFINITION: mine,
-            STUDY_SPACE: space.to_dict(),
-            STUDY_SCORES: scores_run_id,
-            STUDY_PACING_NOTE: note,
-            "data_digest": data.digest,
-        }.items():
-            study.set_user_attr(key, value)
-    else:  # the study keeps the space and scores it was created with
-        check_definition(study, mine)
-        check_data(study, data)
-        space, scores_run_id = study_space(study), study.user_attrs.get(STUDY_SCORES, "")
-        note = study.user_attrs.get(STUDY_PACING_NOTE, "")
+    study, space, scores_run_id, note = _open_study(url, configs, data, worker_index)
     parent = study.user_attrs.get(STUDY_PARENT)
     if parent:
         check_parent(study)
@@ -299,6 +260,68 @@ def run(
         if any(code > 0 for code in codes):  # killed workers (< 0) are what heartbeats are for
             raise click.ClickException(f"a worker failed (exit codes {codes}); its error is printed above")
     return study
+
+
+def _check_options(
+    data_cfg: DataConfig, train_cfg: TrainConfig, space_cfg: SpaceConfig, study_cfg: StudyConfig
+) -> None:
+    """Bad options fail before any trial."""
+    train_cfg.validate()
+    parse_budget(train_cfg.budget, train_cfg.epochs, run_cost)
+    study_cfg.validate()
+    if space_cfg.lr_factor < 1:
+        raise ConfigError(f"--lr-factor must be >= 1, got {space_cfg.lr_factor}")
+
+
+def _work_on(url: str, configs: tuple, worker_index: int | None) -> optuna.Study:
+    """A worker (``--worker``): trials of a study another process created, in this process or
+    in ``--workers`` processes of its own."""
+    data_cfg, train_cfg, _, study_cfg = configs
+    signal.signal(signal.SIGTERM, raise_terminated)  # a stopped worker closes its trial's run
+    study = wait_for_study(url, study_cfg, train_cfg.epochs, worker_index)
+    check_definition(study, definition(*configs))
+    check_parent(study)
+    if study_cfg.workers > 1:
+        run_worker_processes(study_cfg.workers, configs, url)
+        return study
+    data = load_data(data_cfg)
+    check_data(study, data)
+    Worker(data, configs, study).work(study_cfg.n_trials)
+    return study
+
+
+def _open_study(
+    url: str, configs: tuple, data: Data, worker_index: int | None
+) -> tuple[optuna.Study, search_space.SearchSpace, str, str]:
+    """The study, created with this run's search space and difficulty scores, or reopened with
+    the ones it was created with; its space, scores run and pacing note."""
+    _, train_cfg, space_cfg, study_cfg = configs
+    scores_run_id, pacings, note = resolve_scores(space_cfg, data)
+    space = search_space.SearchSpace(
+        train_cfg.epochs,
+        space_cfg.max_events,
+        search_space.split_list(space_cfg.layer_types),
+        pacings,
+        train_cfg.lr / space_cfg.lr_factor,
+        train_cfg.lr * space_cfg.lr_factor,
+    ).validate()
+    study, created = open_study(make_storage(url, study_cfg), study_cfg, train_cfg.epochs, worker_index)
+    mine = definition(*configs)
+    if created:
+        for key, value in {
+            STUDY_DEFINITION: mine,
+            STUDY_SPACE: space.to_dict(),
+            STUDY_SCORES: scores_run_id,
+            STUDY_PACING_NOTE: note,
+            "data_digest": data.digest,
+        }.items():
+            study.set_user_attr(key, value)
+        return study, space, scores_run_id, note
+    # the study keeps the space and scores it was created with
+    check_definition(study, mine)
+    check_data(study, data)
+    space, scores_run_id = study_space(study), study.user_attrs.get(STUDY_SCORES, "")
+    return study, space, scores_run_id, study.user_attrs.get(STUDY_PACING_NOTE, "")
 
 
 def check_data(study: optuna.Study, data: Data) -> None:

@@ -149,7 +149,9 @@ def importances(study: optuna.Study, objective: int = 0) -> tuple[dict[str, floa
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return optuna.importance.get_param_importances(study, target=target), ""
+            # seeded: fANOVA's forest is random, and the same study should give the same report
+            evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+            return optuna.importance.get_param_importances(study, evaluator=evaluator, target=target), ""
     except (RuntimeError, ValueError, ZeroDivisionError) as err:
         return {}, f"not computable: {err}"
 
@@ -300,60 +302,75 @@ def render_html(
         f"Epochs trained in all: {int(frame[ATTR_EPOCHS].sum()) if len(frame) else 0}.</p>",
         "<h2>Best trial" + ("s (Pareto front)" if len(names) > 1 else "") + "</h2>",
     ]
-    if best:
-        rows = [
-            {
-                "trial": b["number"],
-                **{n: f"{v:.4f}" for n, v in b["values"].items()},
-                "schedule": b["schedule"] or "(no growth)",
-                "final architecture": b["final_arch"],
-                "pacing": b["params"].get("pacing", b["train_dynamic_options"].get("pacing", "")),
-                "lr": f"{float(b['train_dynamic_options'].get('lr', b['params'].get('lr', math.nan))):.4g}",
-                "retrain with": retrain_command(b["train_dynamic_options"]),
-            }
-            for b in best
-        ]
-        parts.append(pd.DataFrame(rows).to_html(index=False, escape=True))
-    else:
-        parts.append("<p>No trial has completed yet.</p>")
+    parts.append(_best_table(best))
     parts.append("<h2>Parameter importances</h2>")
-    if importance:
-        n_complete = counts.get("COMPLETE", 0)
-        if n_complete < FEW_TRIALS_FOR_IMPORTANCE:
-            parts.append(
-                f"<p><b>Caveat:</b> computed from {n_complete} complete trial(s); fANOVA needs many "
-                f"more (tens) to separate a parameter's effect from noise, so below "
-                f"{FEW_TRIALS_FOR_IMPORTANCE} read these numbers as hints, not findings.</p>"
-            )
-        parts.append(
-            pd.DataFrame(
-                {"parameter": list(importance), "importance": [f"{v:.3f}" for v in importance.values()]}
-            ).to_html(index=False, escape=True)
-        )
-    else:
-        parts.append(f"<p>Not available: {esc(importance_note)}</p>")
+    parts += _importance_section(importance, importance_note, counts.get("COMPLETE", 0))
     parts.append("<h2>Figures</h2>")
     for fig in figs:
         parts.append(f"<h3>{esc(fig.title)}</h3>")
         parts.append(png_img(fig.path, fig.path.stem) if fig.path else f"<p>Not drawn: {esc(fig.note)}</p>")
     parts.append("<h2>All trials</h2>")
-    if len(frame):
-        parts.append("<p>Every column, run ids and workers included, is in <code>trials.csv</code>.</p>")
-        shown = [c for c in (*HTML_TRIAL_COLUMNS[:2], *names, *HTML_TRIAL_COLUMNS[2:]) if c in frame.columns]
-        shown += [c for c in frame.columns if c.startswith("param:")]
-        table = frame[shown].copy()
-        for column in table.columns:
-            if column.startswith("param:") or column == ATTR_PRUNED_AT:
-                table[column] = table[column].map(_plain)
-        for column in (*names, ATTR_TRAIN_S):
-            if column in table.columns:
-                table[column] = table[column].map(lambda v: "" if v != v else f"{v:.4g}")
-        table.columns = [c.removeprefix("param:") for c in table.columns]
-        parts.append(table.to_html(index=False, escape=True, na_rep=""))
-    else:
-        parts.append("<p>None.</p>")
+    parts += _trials_table(frame, names)
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _best_table(best: list[dict]) -> str:
+    """The best trials (the Pareto front), each with the command that retrains it."""
+    if not best:
+        return "<p>No trial has completed yet.</p>"
+    rows = [
+        {
+            "trial": b["number"],
+            **{n: f"{v:.4f}" for n, v in b["values"].items()},
+            "schedule": b["schedule"] or "(no growth)",
+            "final architecture": b["final_arch"],
+            "pacing": b["params"].get("pacing", b["train_dynamic_options"].get("pacing", "")),
+            "lr": f"{float(b['train_dynamic_options'].get('lr', b['params'].get('lr', math.nan))):.4g}",
+            "retrain with": retrain_command(b["train_dynamic_options"]),
+        }
+        for b in best
+    ]
+    return pd.DataFrame(rows).to_html(index=False, escape=True)
+
+
+def _importance_section(importance: dict[str, float], note: str, n_complete: int) -> list[str]:
+    """fANOVA's parameter importances, with a caveat when few trials completed."""
+    if not importance:
+        return [f"<p>Not available: {html.escape(note)}</p>"]
+    parts = []
+    if n_complete < FEW_TRIALS_FOR_IMPORTANCE:
+        parts.append(
+            f"<p><b>Caveat:</b> computed from {n_complete} complete trial(s); fANOVA needs many "
+            f"more (tens) to separate a parameter's effect from noise, so below "
+            f"{FEW_TRIALS_FOR_IMPORTANCE} read these numbers as hints, not findings.</p>"
+        )
+    parts.append(
+        pd.DataFrame(
+            {"parameter": list(importance), "importance": [f"{v:.3f}" for v in importance.values()]}
+        ).to_html(index=False, escape=True)
+    )
+    return parts
+
+
+def _trials_table(frame: pd.DataFrame, names: list[str]) -> list[str]:
+    """Every trial, its objectives, state and parameters (trials.csv has every column)."""
+    if not len(frame):
+        return ["<p>None.</p>"]
+    shown = [c for c in (*HTML_TRIAL_COLUMNS[:2], *names, *HTML_TRIAL_COLUMNS[2:]) if c in frame.columns]
+    shown += [c for c in frame.columns if c.startswith("param:")]
+    table = frame[shown].copy()
+    for column in table.columns:
+        if column.startswith("param:") or column == ATTR_PRUNED_AT:
+            table[column] = table[column].map(_plain)
+    for column in (*names, ATTR_TRAIN_S):
+        if column in table.columns:
+            table[column] = table[column].map(lambda v: "" if v != v else f"{v:.4g}")
+    table.columns = [c.removeprefix("param:") for c in table.columns]
+    return [
+        "<p>Every column, run ids and workers included, is in <code>trials.csv</code>.</p>",
+        table.to_html(index=False, escape=True, na_rep=""),
+    ]
 
 
 def build_report(study: optuna.Study, folder: Path) -> dict[str, Path]:

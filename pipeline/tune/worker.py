@@ -34,7 +34,7 @@ from pipeline.logged_model import log_classifier
 from pipeline.loop import DivergenceError
 from pipeline.plan import ExperimentPlan, GrowthConfig
 from pipeline.pruning import PruningError
-from pipeline.run_length import resolve_run_length
+from pipeline.run_length import RunLength, resolve_run_length
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.errors import FAILURE_TAG, one_line
 from pipeline.tracking.params import log_params_shown
@@ -211,22 +211,8 @@ class Worker:
         growth_cfg: GrowthConfig,
         curriculum_cfg: DynamicCurriculumConfig,
     ) -> float | tuple[float, float]:
-        def stages(cfg: TrainConfig):  # the candidate's events are written for --epochs
-            events = [
-                dataclasses.replace(e, epoch=max(1, scale_epoch(e.epoch, train_cfg.epochs, cfg.epochs)))
-                for e in candidate.events
-            ]
-            final = validate_schedule(self.start, events, cfg.epochs)
-            return events, final, prepare_curriculum(curriculum_cfg, self.data, cfg, events)
-
-        try:
-            length = resolve_run_length(train_cfg, self.data, self.start, stages)
-            train_cfg, events, final, setup = length.train_cfg, length.events, length.final, length.setup
-        except (GrowthError, CurriculumError, PruningError) as err:  # never trained: say why, spend nothing
-            reason = one_line(err)
-            trial.set_user_attr(report.ATTR_INVALID, reason)
-            run.set_tags({"invalid_reason": reason})
-            raise optuna.TrialPruned(f"invalid: {reason}") from None
+        length = self._run_length(trial, run, candidate, train_cfg, curriculum_cfg)
+        train_cfg, events, final, setup = length.train_cfg, length.events, length.final, length.setup
         trial.set_user_attr(report.ATTR_ARCH, search_space.describe(final))
         run.set_tags(
             {"final_spec": final.to_json(), "final_arch": search_space.describe(final), **setup.tags()}
@@ -269,14 +255,7 @@ class Worker:
         finally:  # a pruned trial keeps what it trained: its trace and history so far
             if state.history:
                 log_trial_artifacts(run, state, plan)
-        verdict = health.judge(state, self.on_device.val.y, train_cfg.dip_margin)
-        run.set_tags({**verdict.tags(), "stop_reason": state.stop_reason})
-        run.log_metrics(verdict.metrics(), step=state.epoch - 1)
-        if verdict.verdict == "collapsed":  # a dead network is no result: prune it, saying so
-            reason = verdict.describe()
-            trial.set_user_attr(report.ATTR_FAIL, reason)
-            trial.set_user_attr(report.ATTR_PRUNED_AT, state.epoch)
-            raise optuna.TrialPruned(reason)
+        self._judge(trial, run, state, train_cfg)
         last = state.history[-1]
         run.log_metrics(
             {"final/val_acc": last["val/acc"], "time/total_s": state.cumulative_s}, step=state.epoch - 1
@@ -289,6 +268,44 @@ class Worker:
         values = {"val/acc": last["val/acc"], "time/cumulative_s": state.cumulative_s}
         result = tuple(values[name] for name in self.objectives)
         return result[0] if len(result) == 1 else result
+
+    def _run_length(
+        self,
+        trial: optuna.Trial,
+        run: TrialRun,
+        candidate: search_space.Candidate,
+        train_cfg: TrainConfig,
+        curriculum_cfg: DynamicCurriculumConfig,
+    ) -> RunLength:
+        """The trial's run length with its events and curriculum; choices that cannot train
+        (an invalid schedule, curriculum or pruning) prune the trial before it spends anything."""
+
+        def stages(cfg: TrainConfig):  # the candidate's events are written for --epochs
+            events = [
+                dataclasses.replace(e, epoch=max(1, scale_epoch(e.epoch, train_cfg.epochs, cfg.epochs)))
+                for e in candidate.events
+            ]
+            final = validate_schedule(self.start, events, cfg.epochs)
+            return events, final, prepare_curriculum(curriculum_cfg, self.data, cfg, events)
+
+        try:
+            return resolve_run_length(train_cfg, self.data, self.start, stages)
+        except (GrowthError, CurriculumError, PruningError) as err:  # never trained: say why, spend nothing
+            reason = one_line(err)
+            trial.set_user_attr(report.ATTR_INVALID, reason)
+            run.set_tags({"invalid_reason": reason})
+            raise optuna.TrialPruned(f"invalid: {reason}") from None
+
+    def _judge(self, trial: optuna.Trial, run: TrialRun, state: FitState, train_cfg: TrainConfig) -> None:
+        """The trial's health verdict, on its run; a dead network is no result: pruned, saying so."""
+        verdict = health.judge(state, self.on_device.val.y, train_cfg.dip_margin)
+        run.set_tags({**verdict.tags(), "stop_reason": state.stop_reason})
+        run.log_metrics(verdict.metrics(), step=state.epoch - 1)
+        if verdict.verdict == "collapsed":
+            reason = verdict.describe()
+            trial.set_user_attr(report.ATTR_FAIL, reason)
+            trial.set_user_attr(report.ATTR_PRUNED_AT, state.epoch)
+            raise optuna.TrialPruned(reason)
 
     def work(self, n_trials: int) -> int:
         """Run trials until the study holds ``n_trials`` counted trials and none is left
