@@ -11,11 +11,9 @@ can train directly (tag ``final_spec``) for a matched comparison.
 from __future__ import annotations
 
 import click
-import mlflow
 
 from models.schedule import NAMED_SCHEDULES, GrowthEvent, validate_schedule
 from models.spec import ArchSpec, resolve_spec
-from pipeline import plots
 from pipeline.cli import build_config, config_options, help_text
 from pipeline.codec import flat_params
 from pipeline.curriculum.config import DynamicCurriculumConfig
@@ -26,11 +24,10 @@ from pipeline.data.splits import load_data
 from pipeline.exits import ExitConfig, with_exits
 from pipeline.plan import ExperimentPlan, GrowthConfig
 from pipeline.run_length import resolve_run_length, scaled_curriculum, scaled_schedule
-from pipeline.session import RunConfig, TrainingOutcome, train_and_log, training_run
-from pipeline.tracking.artifacts import scratch_dir
+from pipeline.session import RunConfig, TrainingOutcome
 from pipeline.tracking.guard import GuardedCommand, main_guard
-from pipeline.tracking.runs import current_run_name
 from pipeline.training.config import TrainConfig
+from pipeline.training_request import TrainingRequest, run_training
 
 ENTRY_POINT = "train_dynamic"
 CONFIGS = (DataConfig, TrainConfig, GrowthConfig, DynamicCurriculumConfig, RunConfig, ExitConfig)
@@ -123,35 +120,11 @@ def run(
         "variant": f"dynamic-{schedule_label(growth_cfg.schedule)}{setup.label()}"
         + ("+exits" if final.exits else ""),
     }
-    with training_run(ENTRY_POINT, run_cfg, params, tags, data):
-        outcome = train_and_log(
-            data,
-            start,
-            length.train_cfg,
-            plan,
-            length=length,
-            resume_run_id=run_cfg.resume,
-            entry_point=ENTRY_POINT,
-            val_tiers=setup.val_tiers,
-            progress_bar=run_cfg.progress,
-            limits=run_cfg,
-            exit_cfg=exit_cfg,
-        )
-        with scratch_dir() as tmp:
-            picture = plots.architecture_evolution(
-                outcome.state.trace.to_dict(),
-                tmp / "architecture_evolution.png",
-                f"{current_run_name()}: schedule {schedule_label(growth_cfg.schedule)} "
-                f"from {start.name}, seed {train_cfg.seed}",
-            )
-            mlflow.log_artifact(str(picture))
-        grown_spec = outcome.state.model.spec
-        if outcome.state.stop_reason == "epochs" and (grown_spec.layers, grown_spec.exits) != (
-            final.layers,
-            final.exits,
-        ):
-            raise RuntimeError("the grown model differs from the schedule's final spec")
-        return outcome
+    caption = f"schedule {schedule_label(growth_cfg.schedule)} from {start.name}, seed {train_cfg.seed}"
+    request = TrainingRequest(
+        ENTRY_POINT, data, start, final, plan, length, params, tags, run_cfg, exit_cfg, growth_caption=caption
+    )
+    return run_training(request)
 
 
 @click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)

@@ -21,9 +21,10 @@ from pipeline.data.splits import load_data
 from pipeline.exits import ExitConfig, with_exits
 from pipeline.plan import ExperimentPlan
 from pipeline.run_length import resolve_run_length, scaled_curriculum
-from pipeline.session import RunConfig, TrainingOutcome, train_and_log, training_run
+from pipeline.session import RunConfig, TrainingOutcome
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.training.config import TrainConfig
+from pipeline.training_request import TrainingRequest, run_training
 
 ENTRY_POINT = "train_static"
 
@@ -86,20 +87,9 @@ def run(
         **setup.tags(),
         "variant": "static" + setup.label() + ("+exits" if spec.exits else ""),
     }
-    with training_run(ENTRY_POINT, run_cfg, params, tags, data):
-        return train_and_log(
-            data,
-            spec,
-            length.train_cfg,
-            plan,
-            length=length,
-            resume_run_id=run_cfg.resume,
-            entry_point=ENTRY_POINT,
-            val_tiers=setup.val_tiers,
-            progress_bar=run_cfg.progress,
-            limits=run_cfg,
-            exit_cfg=exit_cfg,
-        )
+    return run_training(
+        TrainingRequest(ENTRY_POINT, data, spec, spec, plan, length, params, tags, run_cfg, exit_cfg)
+    )
 
 
 @click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)

@@ -14,6 +14,7 @@ import click
 import mlflow
 import optuna
 import pandas as pd
+import torch
 from mlflow.entities import Metric, RunTag
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from optuna.storages import RetryHeartbeatStaleTrialCallback
@@ -255,7 +256,7 @@ class Worker:
         finally:  # a pruned trial keeps what it trained: its trace and history so far
             if state.history:
                 log_trial_artifacts(run, state, plan)
-        self._judge(trial, run, state, train_cfg)
+        _judge(trial, run, state, self.on_device.val.y, train_cfg.dip_margin)
         last = state.history[-1]
         run.log_metrics(
             {"final/val_acc": last["val/acc"], "time/total_s": state.cumulative_s}, step=state.epoch - 1
@@ -295,17 +296,6 @@ class Worker:
             trial.set_user_attr(report.ATTR_INVALID, reason)
             run.set_tags({"invalid_reason": reason})
             raise optuna.TrialPruned(f"invalid: {reason}") from None
-
-    def _judge(self, trial: optuna.Trial, run: TrialRun, state: FitState, train_cfg: TrainConfig) -> None:
-        """The trial's health verdict, on its run; a dead network is no result: pruned, saying so."""
-        verdict = health.judge(state, self.on_device.val.y, train_cfg.dip_margin)
-        run.set_tags({**verdict.tags(), "stop_reason": state.stop_reason})
-        run.log_metrics(verdict.metrics(), step=state.epoch - 1)
-        if verdict.verdict == "collapsed":
-            reason = verdict.describe()
-            trial.set_user_attr(report.ATTR_FAIL, reason)
-            trial.set_user_attr(report.ATTR_PRUNED_AT, state.epoch)
-            raise optuna.TrialPruned(reason)
 
     def work(self, n_trials: int) -> int:
         """Run trials until the study holds ``n_trials`` counted trials and none is left
@@ -351,3 +341,17 @@ def train_dynamic_options(
     the machine-local ones left out."""
     options = non_default_params(data_cfg, train_cfg, growth_cfg, curriculum_cfg)
     return {k: v for k, v in options.items() if k not in ("device", "data_dir")}
+
+
+def _judge(
+    trial: optuna.Trial, run: TrialRun, state: FitState, val_y: torch.Tensor, dip_margin: float
+) -> None:
+    """The trial's health verdict, on its run; a dead network is no result: pruned, saying so."""
+    verdict = health.judge(state, val_y, dip_margin)
+    run.set_tags({**verdict.tags(), "stop_reason": state.stop_reason})
+    run.log_metrics(verdict.metrics(), step=state.epoch - 1)
+    if verdict.verdict == "collapsed":
+        reason = verdict.describe()
+        trial.set_user_attr(report.ATTR_FAIL, reason)
+        trial.set_user_attr(report.ATTR_PRUNED_AT, state.epoch)
+        raise optuna.TrialPruned(reason)

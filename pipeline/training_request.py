@@ -1,0 +1,75 @@
+"""One path for a training run: ``train_static`` and ``train_dynamic`` each build a
+``TrainingRequest`` (the data, the network it starts and ends as, the plan, how long, what the
+run logs) and hand it to ``run_training``, which opens the MLflow run and trains inside it.
+
+What tells the two apart is the request: a static run starts and ends as one spec and has no
+growth figure; a growing run's plan grows ``start`` into ``final``, and its architecture's
+evolution is drawn beside the other figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlflow
+
+from models.spec import ArchSpec
+from pipeline import plots
+from pipeline.data.dataset import Data
+from pipeline.exits import ExitConfig
+from pipeline.plan import ExperimentPlan
+from pipeline.run_length import RunLength
+from pipeline.session import RunConfig, TrainingOutcome, train_and_log, training_run
+from pipeline.tracking.artifacts import scratch_dir
+from pipeline.tracking.runs import current_run_name
+
+
+@dataclass(frozen=True)
+class TrainingRequest:
+    entry_point: str
+    data: Data
+    start: ArchSpec  # the network the run begins as
+    final: ArchSpec  # the one it ends as: ``start`` for a static run
+    plan: ExperimentPlan
+    length: RunLength  # the resolved run length; ``length.train_cfg`` is what trains
+    params: dict[str, str]
+    tags: dict[str, str]
+    run_cfg: RunConfig
+    exit_cfg: ExitConfig
+    # A growing run's figure of its architecture over the epochs, captioned after the run's
+    # name ("schedule default from minimal, seed 0"); empty: no figure (a static run).
+    growth_caption: str = ""
+
+
+def run_training(request: TrainingRequest) -> TrainingOutcome:
+    """Train ``request`` in an MLflow run of its entry point; the run ends FAILED on any error."""
+    run_cfg = request.run_cfg
+    with training_run(request.entry_point, run_cfg, request.params, request.tags, request.data):
+        outcome = train_and_log(
+            request.data,
+            request.start,
+            request.length.train_cfg,
+            request.plan,
+            length=request.length,
+            resume_run_id=run_cfg.resume,
+            entry_point=request.entry_point,
+            val_tiers=request.length.setup.val_tiers,
+            progress_bar=run_cfg.progress,
+            limits=run_cfg,
+            exit_cfg=request.exit_cfg,
+        )
+        if request.growth_caption:
+            with scratch_dir() as tmp:
+                picture = plots.architecture_evolution(
+                    outcome.state.trace.to_dict(),
+                    tmp / "architecture_evolution.png",
+                    f"{current_run_name()}: {request.growth_caption}",
+                )
+                mlflow.log_artifact(str(picture))
+        grown = outcome.state.model.spec
+        if outcome.state.stop_reason == "epochs" and (grown.layers, grown.exits) != (
+            request.final.layers,
+            request.final.exits,
+        ):
+            raise RuntimeError("the trained model differs from the plan's final spec")
+        return outcome
