@@ -1,4 +1,5 @@
-"""Click options generated from config dataclasses, so a default lives in one place only.
+"""Click options generated from config dataclasses, so a default lives in one place only, and
+the error a bad option value raises (``ConfigError``).
 
 Field ``batch_size`` becomes option ``--batch-size`` and MLproject parameter ``batch_size``.
 A bool field takes a value (``--deterministic true``) rather than being a bare flag, so that
@@ -12,6 +13,12 @@ import dataclasses
 from typing import Any
 
 import click
+
+from models.errors import UserError
+
+
+class ConfigError(UserError):
+    """An option value that cannot work; the message names the option."""
 
 
 def opt(default: Any, help: str) -> Any:

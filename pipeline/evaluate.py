@@ -40,9 +40,9 @@ from pipeline.codec import flat_params, from_params
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data, Split
 from pipeline.data.splits import load_data
+from pipeline.data.tiers import TIER_NAMES
 from pipeline.device import pick_device
 from pipeline.difficulty.scores_table import find_scores_run, load_scores
-from pipeline.difficulty.tiers import TIER_NAMES
 from pipeline.logged_model import MODEL_ID_TAG
 from pipeline.loop import evaluate_split
 from pipeline.precision import autocast, resolve_precision

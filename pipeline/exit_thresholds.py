@@ -14,7 +14,7 @@ import torch
 
 from models.flops import flops_per_example
 from pipeline import exits
-from pipeline.difficulty.tiers import TIER_NAMES
+from pipeline.data.tiers import TIER_NAMES
 from pipeline.exits import ExitConfig
 
 

@@ -118,7 +118,7 @@ CALIBRATION_RULES = {
     )
 }
 DEFAULT_CALIBRATION = "tiers"  # since issue 14d, chosen on the tuning seeds' validation (README)
-HARD_TIER = 2  # TIER_NAMES.index("hard") of pipeline.difficulty.tiers (imported: an import cycle)
+HARD_TIER = 2  # TIER_NAMES.index("hard") of pipeline.data.tiers (imported: an import cycle)
 # What a tier-aware rule falls back to on a run without difficulty scores (said so when it does).
 FALLBACK_CALIBRATION = "bound"
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import click
 
 from models.schedule import GrowthError, named_schedule
-from pipeline.cli import build_config, config_options, help_text, opt
+from pipeline.cli import ConfigError, build_config, config_options, help_text, opt
 from pipeline.codec import flat_params
 from pipeline.data.config import DataConfig
 from pipeline.data.label_noise import check_noise
@@ -26,7 +26,7 @@ from pipeline.precision import PRECISIONS
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.runs import tracked_run
-from pipeline.training.config import ConfigError, TrainConfig
+from pipeline.training.config import TrainConfig
 from pipeline.workflow.conclusion import record_outcome
 from pipeline.workflow.presets import PRESETS, Preset
 from pipeline.workflow.steps import StepRunner

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from pipeline.difficulty.tiers import TIER_NAMES
+from pipeline.data.tiers import TIER_NAMES
 
 # Stages of the tiers curriculum (pipeline/curriculum/strategies.py, TierStages.stage), as the timeline
 # names them.

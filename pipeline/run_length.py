@@ -2,7 +2,7 @@
 
 Shared by train_static and train_dynamic. The entry point says what a run of E epochs is (its
 growth events, final spec and curriculum, through ``stages``); this module picks E from the
-budget (``pipeline/budget.py``) and returns the run's pieces built for it.
+budget (``pipeline/training/budget.py``) and returns the run's pieces built for it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,12 @@ from models.builder import build_model
 from models.flops import flops_per_example
 from models.schedule import NAMED_SCHEDULES, GrowthEvent, named_schedule, parse_schedule, spec_at_epoch
 from models.spec import ArchSpec
-from pipeline.budget import (
+from pipeline.curriculum.config import CurriculumConfig
+from pipeline.data.dataset import Data
+from pipeline.device import pick_device, place_model
+from pipeline.loop import EpochClock, StepRecipe, train_one_epoch
+from pipeline.precision import grad_scaler
+from pipeline.training.budget import (
     MAX_EPOCHS,
     PRUNED_SHARE_PLANNED,
     RUN_METRICS,
@@ -33,11 +38,6 @@ from pipeline.budget import (
     parse_budget,
     scale_epoch,
 )
-from pipeline.curriculum.config import CurriculumConfig
-from pipeline.data.dataset import Data
-from pipeline.device import pick_device, place_model
-from pipeline.loop import EpochClock, StepRecipe, train_one_epoch
-from pipeline.precision import grad_scaler
 from pipeline.training.config import TrainConfig
 
 
@@ -145,7 +145,7 @@ def resolve_run_length(
     else:
         one_step = train_cfg.batch_size * cost_per_example(start)
         epochs = epochs_for(budget, planned_cost, one_step)
-        if budget.unit == "seconds":  # the clock, not the plan, ends it (pipeline/budget.py)
+        if budget.unit == "seconds":  # the clock, not the plan, ends it (pipeline/training/budget.py)
             epochs = min(MAX_EPOCHS, epochs + SECONDS_MARGIN_EPOCHS)
     cfg, events, final, setup = built(epochs)
     return RunLength(budget, cfg, events, final, setup)

@@ -39,12 +39,13 @@ import pandas as pd
 import torch
 
 from models.spec import ArchSpec, resolve_spec
-from pipeline.cli import build_config, config_options, help_text, opt
+from pipeline.cli import ConfigError, build_config, config_options, help_text, opt
 from pipeline.codec import flat_params
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.sources import RawData, load_raw
 from pipeline.data.splits import load_data
+from pipeline.data.tiers import TIER_NAMES, TierCuts, apply_tiers, fit_tiers, parse_fractions
 from pipeline.device import pick_device
 from pipeline.difficulty import scores_table
 from pipeline.difficulty.cross_fit import cross_fit
@@ -53,12 +54,11 @@ from pipeline.difficulty.folds import CrossFitLedger, fold_table
 from pipeline.difficulty.scorers import INPUT_SCORERS, MODEL_SCORERS, SCORERS, parse_scorers
 from pipeline.difficulty.scores_table import tier_counts, tier_metrics
 from pipeline.difficulty.stability import stability_metrics
-from pipeline.difficulty.tiers import TIER_NAMES, TierCuts, apply_tiers, fit_tiers, parse_fractions
 from pipeline.stats import roc_auc
 from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.runs import current_run_name, tracked_run
-from pipeline.training.config import ConfigError, TrainConfig
+from pipeline.training.config import TrainConfig
 
 ENTRY_POINT = "score_difficulty"
 

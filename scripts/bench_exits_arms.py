@@ -17,7 +17,7 @@ from models.io import load_model
 from pipeline import exits, train_dynamic, train_static
 from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
-from pipeline.difficulty.tiers import TIER_NAMES
+from pipeline.data.tiers import TIER_NAMES
 from pipeline.exits import ExitConfig
 from pipeline.plan import GrowthConfig
 from pipeline.session import RunConfig

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.difficulty.tiers import TIER_NAMES
+from pipeline.data.tiers import TIER_NAMES
 
 
 def markdown(summary_: dict) -> str:

@@ -1,7 +1,15 @@
-"""Import cycles among the project's modules, read from the source (nothing is imported).
+"""Import cycles among the project's modules and among its packages, read from the source
+(nothing is imported).
 
     .venv/bin/python scripts/import_cycles.py                  # pipeline/ and models/; exit 1 on a cycle
     .venv/bin/python scripts/import_cycles.py --root DIR pkg   # other packages under another root
+
+Packages: each subpackage (``pipeline.training``, everything under it) and each top-level
+module (``pipeline.cli``) is one unit, and the units' imports must point one way: a
+package that imports another may not be imported back by it, through any path (an upward
+import, e.g. ``pipeline.training`` reading tier names from ``pipeline.difficulty``, which
+trains through ``pipeline.training``). Shared basics sit at the bottom as top-level modules
+(``models.errors``, ``pipeline.cli``) or in a low package (``pipeline.data``).
 
 An edge a -> b is an import of b at a's module level, including under ``if TYPE_CHECKING:``
 (a type-only cycle still ties the two modules together). Imports inside functions are left
@@ -59,6 +67,19 @@ def import_graph(root: Path = REPO, packages: tuple[str, ...] = PACKAGES) -> dic
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
             graph[name].update(t for t in targets if t in modules and t != name)
     return graph
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph with each module replaced by its unit: its package's first level
+    below the root (``pipeline.training.config`` -> ``pipeline.training``), or itself."""
+
+    def unit(name: str) -> str:
+        return ".".join(name.split(".")[:2])
+
+    out: dict[str, set[str]] = {}
+    for a, targets in graph.items():
+        out.setdefault(unit(a), set()).update(unit(b) for b in targets if unit(b) != unit(a))
+    return out
 
 
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -119,10 +140,14 @@ def main(argv: list[str]) -> int:
     root, packages = REPO, PACKAGES
     if argv[:1] == ["--root"]:
         root, packages = Path(argv[1]), tuple(argv[2:])
-    cycles = find_cycles(import_graph(root, packages))
+    graph = import_graph(root, packages)
+    cycles = find_cycles(graph)
     for cycle in cycles:
         print("import cycle: " + " -> ".join(cycle), file=sys.stderr)
-    return 1 if cycles else 0
+    packages_cycles = find_cycles(package_graph(graph))
+    for cycle in packages_cycles:
+        print("package import cycle (an upward import): " + " -> ".join(cycle), file=sys.stderr)
+    return 1 if cycles or packages_cycles else 0
 
 
 if __name__ == "__main__":

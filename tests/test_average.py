@@ -10,9 +10,10 @@ import torch
 
 from models.builder import build_model
 from models.spec import resolve_spec
+from pipeline.cli import ConfigError
 from pipeline.loop import evaluate_split
 from pipeline.training.average import WeightAverage
-from pipeline.training.config import ConfigError, TrainConfig
+from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
 from tests.conftest import fresh_state, growing_plan, interrupted_then_resumed
 

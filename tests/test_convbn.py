@@ -14,8 +14,9 @@ from models.growth import calibrate, grow
 from models.layers.convbn import ConvBnLayer
 from models.schedule import final_spec, parse_schedule
 from models.spec import resolve_spec
+from pipeline.cli import ConfigError
 from pipeline.plan import ExperimentPlan, GrowthConfig
-from pipeline.training.config import ConfigError, TrainConfig
+from pipeline.training.config import TrainConfig
 from tests.conftest import fresh_state
 from tests.test_training import one_batch_at_zero_rate
 

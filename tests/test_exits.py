@@ -563,7 +563,7 @@ def test_a_hard_deep_floor_keeps_that_share_of_the_hard_tier_past_the_first_exit
 
 
 def test_the_hard_tier_id_matches_the_tier_names():
-    from pipeline.difficulty.tiers import TIER_NAMES
+    from pipeline.data.tiers import TIER_NAMES
 
     assert TIER_NAMES.index("hard") == exits.HARD_TIER
 

@@ -12,7 +12,8 @@ from models.builder import build_model
 from models.growth import grow
 from models.schedule import parse_schedule
 from models.spec import resolve_spec
-from pipeline.training.config import ConfigError, TrainConfig, make_optimizer, rebuild_optimizer
+from pipeline.cli import ConfigError
+from pipeline.training.config import TrainConfig, make_optimizer, rebuild_optimizer
 from pipeline.training.epoch_loop import fit
 from tests.conftest import fresh_state, growing_plan, interrupted_then_resumed
 

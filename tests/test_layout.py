@@ -1,8 +1,9 @@
-"""The layout checks, each a script that reads the source: no import cycles in pipeline/ or models/
-(scripts/import_cycles.py), every module of pipeline/, models/ and scripts/ under 450 lines and
-every class under 200 (scripts/module_sizes.py); and each finds what it looks for in a package
-built in tmp_path (a type-only cycle included; a module or class at its limit); and one
-training epoch takes at most ten parameters."""
+"""The layout checks, each a script that reads the source: no import cycles in pipeline/ or
+models/, between modules or between packages (scripts/import_cycles.py), every module of
+pipeline/, models/ and scripts/ under 450 lines and every class under 200
+(scripts/module_sizes.py); and each finds what it looks for in a package built in tmp_path (a
+type-only cycle included; an upward import; a module or class at its limit); and one training
+epoch takes at most ten parameters."""
 
 from __future__ import annotations
 
@@ -60,6 +61,30 @@ def test_an_import_inside_a_function_is_no_cycle(tmp_path):
     )
     result = _check("import_cycles.py", "--root", str(tmp_path), "pkg")
     assert result.returncode == 0, result.stderr
+
+
+def test_the_check_finds_an_upward_import_between_packages(tmp_path):
+    # No module cycle: low.tiers -> high.train -> low.names; but the packages import each
+    # other (low -> high -> low), which is what the project's layout forbids.
+    _package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/errors.py": "",
+            "pkg/low/__init__.py": "",
+            "pkg/low/names.py": "from pkg import errors\n",
+            "pkg/low/tiers.py": "from pkg.high import train\n",
+            "pkg/high/__init__.py": "",
+            "pkg/high/train.py": "from pkg.low import names\n",
+        },
+    )
+    result = _check("import_cycles.py", "--root", str(tmp_path), "pkg")
+    assert result.returncode == 1
+    assert "package import cycle (an upward import): pkg.high -> pkg.low -> pkg.high" in result.stderr
+    assert "import cycle: pkg.low" not in result.stderr  # the modules themselves have none
+    # Importing a shared basic from the package above (pkg.errors) is pointing down: no cycle.
+    (tmp_path / "pkg/low/tiers.py").write_text("from pkg import errors\n")
+    assert _check("import_cycles.py", "--root", str(tmp_path), "pkg").returncode == 0
 
 
 def test_modules_and_classes_are_under_the_size_limits():

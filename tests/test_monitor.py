@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from models.schedule import parse_schedule
+from pipeline.cli import ConfigError
 from pipeline.plan import ExperimentPlan, GrowthConfig
 from pipeline.training import monitor
-from pipeline.training.config import ConfigError, TrainConfig
+from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
 from tests.conftest import fresh_state
 

@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from models.spec import resolve_spec
+from pipeline.cli import ConfigError
 from pipeline.device import seed_everything
 from pipeline.loop import evaluate_split
 from pipeline.precision import PrecisionError, autocast, cpu_bf16_fast, cpu_bf16_native, resolve_precision
 from pipeline.training.checkpoints import CheckpointError, load_checkpoint
-from pipeline.training.config import ConfigError, TrainConfig
+from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
 from pipeline.training.state import new_state
 from tests.conftest import fresh_state, interrupted_then_resumed

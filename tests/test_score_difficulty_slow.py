@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline.data.tiers import TIER_NAMES
 from pipeline.difficulty import scores_table
 from pipeline.difficulty.stability import spearman
-from pipeline.difficulty.tiers import TIER_NAMES
 from tests.conftest import mlflow_run
 
 pytestmark = pytest.mark.slow

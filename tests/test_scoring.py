@@ -17,18 +17,19 @@ from hypothesis import strategies as st
 
 from models.spec import resolve_spec
 from pipeline import score_difficulty
+from pipeline.cli import ConfigError
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data, Split
 from pipeline.data.splits import load_data
+from pipeline.data.tiers import apply_tiers, boundaries, fit_tiers, parse_fractions
 from pipeline.difficulty import scores_table
 from pipeline.difficulty.cross_fit import FoldPlan, cross_fit
 from pipeline.difficulty.folds import CrossFitError, CrossFitLedger, check_folds, make_folds
 from pipeline.difficulty.scorers import el2n_score, input_complexity, loss_score
 from pipeline.difficulty.stability import mean_pairwise_spearman, spearman
-from pipeline.difficulty.tiers import apply_tiers, boundaries, fit_tiers, parse_fractions
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.runs import tracked_run
-from pipeline.training.config import ConfigError, TrainConfig
+from pipeline.training.config import TrainConfig
 
 
 def synthetic_data(n_train=60, n_val=30, n_test=30, classes=3, seed=0) -> Data:

@@ -16,8 +16,8 @@ from models.growth import grow
 from models.layers import LAYER_TYPES, LAYERS
 from models.schedule import GrowthError, GrowthEvent, parse_schedule
 from models.spec import resolve_spec
+from pipeline.cli import ConfigError
 from pipeline.curriculum.strategies import CURRICULUM_PACINGS
-from pipeline.training.config import ConfigError
 from pipeline.tune import search_space
 
 START = resolve_spec("minimal", (1, 28, 28), 10)  # conv1 pool1 pool2 fc1: the map is 7x7 after pool2

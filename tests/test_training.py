@@ -7,9 +7,10 @@ import dataclasses
 import pytest
 import torch
 
+from pipeline.cli import ConfigError
 from pipeline.data.augment import mixup_batch
 from pipeline.loop import DivergenceError, EpochClock, LossTerms, StepRecipe, cosine_lr, train_one_epoch
-from pipeline.training.config import ConfigError, TrainConfig
+from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit, learning_rate
 from pipeline.training.state import ArchitectureTrace
 from tests.conftest import fresh_state, interrupted_then_resumed

@@ -28,7 +28,7 @@ from pipeline.curriculum.checks import (
 )
 from pipeline.curriculum.ordering import ORDERS, Ordering
 from pipeline.curriculum.pacing import ceil_count, get_pacing
-from pipeline.difficulty.tiers import TIER_NAMES
+from pipeline.data.tiers import TIER_NAMES
 
 if TYPE_CHECKING:
     from pipeline.data.dataset import Data

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from models.errors import UserError
-from pipeline.difficulty.tiers import TIER_NAMES
+from pipeline.data.tiers import TIER_NAMES
 
 
 class CurriculumError(UserError):

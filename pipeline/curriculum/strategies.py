@@ -33,7 +33,7 @@ from pipeline.curriculum.base import Curriculum, describe
 from pipeline.curriculum.checks import CurriculumError
 from pipeline.curriculum.ordering import Ordering
 from pipeline.curriculum.pacing import PACINGS, ceil_count
-from pipeline.difficulty.tiers import TIER_NAMES
+from pipeline.data.tiers import TIER_NAMES
 from pipeline.loop import evaluate_split
 
 if TYPE_CHECKING:

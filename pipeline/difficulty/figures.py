@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from pipeline.data.sources import RawData
+from pipeline.data.tiers import TIER_NAMES, TierCuts
 from pipeline.difficulty.scores_table import SPLITS, score_column
-from pipeline.difficulty.tiers import TIER_NAMES, TierCuts
 
 matplotlib.use("Agg")  # figures are files only, as in pipeline/plots.py
 import matplotlib.pyplot as plt

@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from pipeline.cli import ConfigError
 from pipeline.data.dataset import Data
-from pipeline.training.config import ConfigError
 
 
 class CrossFitError(AssertionError):

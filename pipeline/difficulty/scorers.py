@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from pipeline.training.config import ConfigError
+from pipeline.cli import ConfigError
 
 # The EL2N snapshot: after this many epochs of the fold model's own training. Paul et al.
 # score at ~10% of a long run; with 2-3 epoch scoring models the first epoch is that point.

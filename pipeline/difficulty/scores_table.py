@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import torch
 
 from pipeline.data.dataset import Data, Split
-from pipeline.difficulty.tiers import TIER_NAMES
+from pipeline.data.tiers import TIER_NAMES
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.runs import ENTRY_POINT_TAG

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.difficulty.tiers import TIER_NAMES
+from pipeline.data.tiers import TIER_NAMES
 
 TIME_TO_TARGET = "time/to_target_s"  # computed by the report from history.csv, not logged by training
 TIERS = {"test/acc": "all", **{f"test/acc_{tier}": tier for tier in TIER_NAMES}}

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from pipeline.difficulty.tiers import TIER_NAMES
+from pipeline.data.tiers import TIER_NAMES
 from pipeline.render import Block
 from pipeline.report.groups import TARGET_FRACTION, Group
 from pipeline.report.metrics import METRICS, NOISE_METRICS, TIERS, TIME_TO_TARGET, fmt

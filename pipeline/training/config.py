@@ -10,15 +10,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from models.errors import UserError
-from pipeline.cli import opt, option_name
+from pipeline.cli import ConfigError, opt, option_name
 from pipeline.data.augment import AUGMENTATIONS
 from pipeline.device import pick_device
 from pipeline.precision import PRECISIONS, resolve_precision
-
-
-class ConfigError(UserError):
-    """An option value that cannot work; the message names the option."""
 
 
 @dataclass(frozen=True)

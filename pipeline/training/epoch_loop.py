@@ -16,7 +16,6 @@ from torch import nn
 
 from models.builder import SpecNet, count_parameters
 from models.flops import flops_per_example
-from pipeline.budget import BudgetMeter
 from pipeline.data.dataset import Data
 from pipeline.device import place_model
 from pipeline.loop import (
@@ -31,6 +30,7 @@ from pipeline.loop import (
 from pipeline.precision import grad_scaler
 from pipeline.training import health, monitor, timing
 from pipeline.training.average import WeightAverage
+from pipeline.training.budget import BudgetMeter
 from pipeline.training.config import TrainConfig
 from pipeline.training.metrics import exit_accuracies, noise_metrics, noise_probe_positions, tier_accuracies
 from pipeline.training.state import ArchitectureTrace, FitState

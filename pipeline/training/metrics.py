@@ -8,7 +8,7 @@ from torch import nn
 
 from models.builder import SpecNet
 from pipeline.data.dataset import Data, Split
-from pipeline.difficulty.tiers import TIER_NAMES
+from pipeline.data.tiers import TIER_NAMES
 from pipeline.exits import all_exit_logits
 from pipeline.loop import EvalResult, evaluate_split
 from pipeline.training.config import TrainConfig

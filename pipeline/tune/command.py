@@ -46,8 +46,7 @@ from mlflow.entities import Metric
 from optuna.trial import TrialState
 
 from models.spec import resolve_spec
-from pipeline.budget import parse_budget
-from pipeline.cli import build_config, config_options, help_text
+from pipeline.cli import ConfigError, build_config, config_options, help_text
 from pipeline.codec import flat_params, to_argv
 from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.curriculum.inputs import prepare_curriculum
@@ -61,7 +60,8 @@ from pipeline.tracking.artifacts import log_dataset, scratch_dir
 from pipeline.tracking.errors import raise_terminated
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.runs import tracked_run
-from pipeline.training.config import ConfigError, TrainConfig
+from pipeline.training.budget import parse_budget
+from pipeline.training.config import TrainConfig
 from pipeline.tune import report, search_space
 from pipeline.tune.config import CONFIGS, ENTRY_POINT, SpaceConfig, StudyConfig
 from pipeline.tune.study import (

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.cli import opt, option_name
+from pipeline.cli import ConfigError, opt, option_name
 from pipeline.data.config import DataConfig
-from pipeline.training.config import ConfigError, TrainConfig
+from pipeline.training.config import TrainConfig
 from pipeline.tune import search_space
 
 ENTRY_POINT = "tune"

@@ -31,9 +31,9 @@ import optuna
 from models.layers import LAYER_TYPES, LAYERS
 from models.schedule import GrowthEvent, validate_schedule
 from models.spec import ArchSpec
+from pipeline.cli import ConfigError
 from pipeline.curriculum.pacing import PACINGS
 from pipeline.curriculum.strategies import CURRICULUM_PACINGS
-from pipeline.training.config import ConfigError
 
 # tune's default --layer-types: every type whose entry says it is searched.
 DEFAULT_LAYER_TYPES = ",".join(name for name, kind in LAYERS.items() if kind.searched)

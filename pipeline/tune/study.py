@@ -16,9 +16,8 @@ import sqlalchemy
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from pipeline.cli import option_name
+from pipeline.cli import ConfigError, option_name
 from pipeline.tracking.errors import FAILURE_TAG, one_line
-from pipeline.training.config import ConfigError
 from pipeline.tune import report, search_space
 from pipeline.tune.config import OBJECTIVES, StudyConfig
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from pipeline.cli import ConfigError
 from pipeline.data.config import DataError
-from pipeline.training.config import ConfigError
 
 TIER_NAMES = ("easy", "medium", "hard")
 

@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipeline.training.config import ConfigError
+from pipeline.cli import ConfigError
 
 UNITS = {"ep": "epochs", "epoch": "epochs", "epochs": "epochs", "flops": "flops", "s": "seconds"}
 UNITS.update({"sec": "seconds", "seconds": "seconds", "flop": "flops"})
