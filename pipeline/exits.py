@@ -34,6 +34,7 @@ from models.io import check_thresholds
 from models.schedule import named_schedule
 from models.spec import HEAD_ID, ArchSpec, SpecError, named_layers, validate
 from pipeline.cli import opt
+from pipeline.data.tiers import TIER_NAMES
 
 # Candidate thresholds for calibration: every 0.01, then finer toward 1 (1 - 10^-2 .. 1 - 10^-6),
 # where a confident network's accurate thresholds lie. A calibration searches them on cached
@@ -118,7 +119,7 @@ CALIBRATION_RULES = {
     )
 }
 DEFAULT_CALIBRATION = "tiers"  # since issue 14d, chosen on the tuning seeds' validation (README)
-HARD_TIER = 2  # TIER_NAMES.index("hard") of pipeline.data.tiers (imported: an import cycle)
+HARD_TIER = TIER_NAMES.index("hard")
 # What a tier-aware rule falls back to on a run without difficulty scores (said so when it does).
 FALLBACK_CALIBRATION = "bound"
 

@@ -52,7 +52,7 @@ from pipeline.difficulty.cross_fit import cross_fit
 from pipeline.difficulty.figures import extremes_figure, histogram_figure, tier_count_figure
 from pipeline.difficulty.folds import CrossFitLedger, fold_table
 from pipeline.difficulty.scorers import INPUT_SCORERS, MODEL_SCORERS, SCORERS, parse_scorers
-from pipeline.difficulty.scores_table import tier_counts, tier_metrics
+from pipeline.difficulty.scores_table import PRODUCER, tier_counts, tier_metrics
 from pipeline.difficulty.stability import stability_metrics
 from pipeline.stats import roc_auc
 from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
@@ -60,7 +60,7 @@ from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.runs import current_run_name, tracked_run
 from pipeline.training.config import TrainConfig
 
-ENTRY_POINT = "score_difficulty"
+ENTRY_POINT = PRODUCER  # the step the scores table names as its producer
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import mlflow
 import numpy as np
 import pytest
 import torch
+import yaml
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,6 +31,7 @@ from pipeline.difficulty.stability import mean_pairwise_spearman, spearman
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.runs import tracked_run
 from pipeline.training.config import TrainConfig
+from tests.conftest import REPO
 
 
 def synthetic_data(n_train=60, n_val=30, n_test=30, classes=3, seed=0) -> Data:
@@ -310,6 +312,10 @@ def test_load_scores_refuses_other_data_other_runs_and_holes(tracking):
 
 
 def test_entry_point_names_agree():
+    # The table names its producer; that name is the entry point's, MLproject's and the module's.
+    entry_points = yaml.safe_load((REPO / "MLproject").read_text())["entry_points"]
+    assert scores_table.PRODUCER in entry_points
+    assert f"pipeline.{scores_table.PRODUCER}" in entry_points[scores_table.PRODUCER]["command"]
     assert score_difficulty.ENTRY_POINT == scores_table.PRODUCER
     assert (DataConfig, score_difficulty.ScoreConfig) == score_difficulty.CONFIGS
 

@@ -30,8 +30,7 @@ from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.runs import ENTRY_POINT_TAG
 
-# The entry point that writes this table (pipeline.score_difficulty.ENTRY_POINT; a test keeps
-# them equal, an import would be circular).
+# The entry point that writes this table: pipeline.score_difficulty takes its name from here.
 PRODUCER = "score_difficulty"
 SCORES_ARTIFACT = "scores/scores.parquet"
 SPLITS = ("train", "val", "test")
