@@ -34,7 +34,7 @@ import torch
 from models.builder import SpecNet
 from models.flops import flops_per_example
 from models.io import load_model
-from pipeline import exits, plots, report
+from pipeline import exits, report
 from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.codec import flat_params, from_params
 from pipeline.data.config import DataConfig
@@ -43,14 +43,15 @@ from pipeline.data.splits import load_data
 from pipeline.data.tiers import TIER_NAMES
 from pipeline.device import pick_device
 from pipeline.difficulty.scores_table import find_scores_run, load_scores
-from pipeline.logged_model import MODEL_ID_TAG
-from pipeline.loop import evaluate_split
 from pipeline.precision import autocast, resolve_precision
-from pipeline.session import MODEL_ARTIFACT_DIR, MODEL_FILE
+from pipeline.run import plots
+from pipeline.run.logged_model import MODEL_ID_TAG
+from pipeline.run.session import MODEL_ARTIFACT_DIR, MODEL_FILE
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.runs import tracked_run
+from pipeline.training.loop import evaluate_split
 
 ENTRY_POINT = "evaluate"
 TRAINING_ENTRY_POINTS = ("train_static", "train_dynamic")

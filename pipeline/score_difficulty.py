@@ -54,7 +54,7 @@ from pipeline.difficulty.folds import CrossFitLedger, fold_table
 from pipeline.difficulty.scorers import INPUT_SCORERS, MODEL_SCORERS, SCORERS, parse_scorers
 from pipeline.difficulty.scores_table import PRODUCER, tier_counts, tier_metrics
 from pipeline.difficulty.stability import stability_metrics
-from pipeline.stats import roc_auc
+from pipeline.report.stats import roc_auc
 from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.runs import current_run_name, tracked_run

@@ -19,12 +19,12 @@ from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
 from pipeline.exits import ExitConfig, with_exits
-from pipeline.plan import ExperimentPlan
-from pipeline.run_length import resolve_run_length, scaled_curriculum
-from pipeline.session import RunConfig, TrainingOutcome
+from pipeline.run.length import resolve_run_length, scaled_curriculum
+from pipeline.run.plan import ExperimentPlan
+from pipeline.run.request import TrainingRequest, run_training
+from pipeline.run.session import RunConfig, TrainingOutcome
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.training.config import TrainConfig
-from pipeline.training_request import TrainingRequest, run_training
 
 ENTRY_POINT = "train_static"
 

@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run
 from pipeline import train_dynamic
 from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
-from pipeline.loop import DivergenceError
-from pipeline.plan import GrowthConfig
-from pipeline.session import RunConfig
+from pipeline.run.plan import GrowthConfig
+from pipeline.run.session import RunConfig
 from pipeline.training.config import TrainConfig
+from pipeline.training.loop import DivergenceError
 from scripts.bench_common import REFERENCE_EPOCHS, TUNING_SEEDS, parse_seeds
 from scripts.bench_levers import LEVERS
 

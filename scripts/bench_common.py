@@ -30,7 +30,7 @@ REFERENCE_EPOCHS = 12  # static-12: the run every budget is a fraction of
 
 
 def points(test: dict) -> dict:
-    """A paired test of accuracies (``pipeline.stats.paired_test`` on fractions) with its
+    """A paired test of accuracies (``pipeline.report.stats.paired_test`` on fractions) with its
     difference and interval in percentage points; its other fields as they are."""
     return {**test, **{k: 100 * test[k] for k in ("mean_diff", "ci_low", "ci_high")}}
 

@@ -66,9 +66,9 @@ from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
 from pipeline.curriculum.diet import diet_of_growth
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
-from pipeline.plan import GrowthConfig
-from pipeline.session import RunConfig
-from pipeline.stats import paired_test, summary
+from pipeline.report.stats import paired_test, summary
+from pipeline.run.plan import GrowthConfig
+from pipeline.run.session import RunConfig
 from pipeline.training.config import TrainConfig
 from scripts.bench_common import REPORT_SEEDS, TUNING_SEEDS, machine, points, scores_with_cost, warm_up
 

@@ -19,8 +19,8 @@ from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
 from pipeline.data.tiers import TIER_NAMES
 from pipeline.exits import ExitConfig
-from pipeline.plan import GrowthConfig
-from pipeline.session import RunConfig
+from pipeline.run.plan import GrowthConfig
+from pipeline.run.session import RunConfig
 from pipeline.training.config import TrainConfig
 
 ARMS = ("dynamic+exits", "dynamic", "static+exits", "static")

@@ -4,7 +4,7 @@ exits arm and threshold choice, overall and per tier, and the paired deep-superv
 from __future__ import annotations
 
 from pipeline.data.tiers import TIER_NAMES
-from pipeline.stats import paired_test, summary
+from pipeline.report.stats import paired_test, summary
 from scripts.bench_exits_arms import (
     CALIBRATIONS,
     MAX_ACC_LOSS_POINTS,

@@ -71,10 +71,10 @@ from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
 from pipeline.device import pick_device
-from pipeline.plan import GrowthConfig
-from pipeline.run_length import static_training_flops
-from pipeline.session import RunConfig
-from pipeline.stats import paired_test, summary
+from pipeline.report.stats import paired_test, summary
+from pipeline.run.length import static_training_flops
+from pipeline.run.plan import GrowthConfig
+from pipeline.run.session import RunConfig
 from pipeline.training.config import TrainConfig
 from pipeline.training.timing import trained_s
 from scripts.bench_common import (

@@ -8,7 +8,7 @@ medium one. The overall paired difference hides that; this table shows it.
 
 from __future__ import annotations
 
-from pipeline.stats import paired_test, summary
+from pipeline.report.stats import paired_test, summary
 
 TIERS = ("easy", "medium", "hard")
 

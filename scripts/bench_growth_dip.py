@@ -29,11 +29,11 @@ from models.spec import resolve_spec
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
 from pipeline.device import seed_everything
-from pipeline.loop import DivergenceError
-from pipeline.plan import ExperimentPlan, GrowthConfig
+from pipeline.run.plan import ExperimentPlan, GrowthConfig
 from pipeline.training import health
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
+from pipeline.training.loop import DivergenceError
 from pipeline.training.state import new_state
 from scripts.bench_common import REFERENCE_EPOCHS
 

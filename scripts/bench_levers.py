@@ -43,10 +43,10 @@ from pipeline.curriculum import diet
 from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
-from pipeline.plan import GrowthConfig
-from pipeline.run_length import static_training_flops
-from pipeline.session import RunConfig
-from pipeline.stats import paired_test
+from pipeline.report.stats import paired_test
+from pipeline.run.length import static_training_flops
+from pipeline.run.plan import GrowthConfig
+from pipeline.run.session import RunConfig
 from pipeline.training.config import TrainConfig
 from scripts.bench_common import REFERENCE_EPOCHS, TUNING_SEEDS, machine, scores_with_cost
 
@@ -178,6 +178,12 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     "prune-after": ({}, {"prune_from": 4}, {}, {"growth_rewarm": 0.0}),
     "noprune": ({}, {"prune": 0.0}, {}, {"growth_rewarm": 0.0}),
     "clip": ({"clip_grad": 1.0}, {"prune_from": 3}, {}, {"growth_rewarm": 0.0}),
+    # Issue 35, the diet on CIFAR-10 with both fixes: growth alone (no curriculum, no pruning),
+    # the default diet's random-order control (the same tiers and pruning, tiers drawn at
+    # random), and the default diet without its pruning.
+    "growth": ({}, {"pacing": "none", "prune": 0.0}, {}, {}),
+    "random": ({}, {"order": "random"}, {}, {}),
+    "tiers-noprune": ({}, {"prune": 0.0}, {}, {}),
 }
 
 

@@ -29,9 +29,9 @@ from pipeline import evaluate, score_difficulty, train_dynamic, train_static
 from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
 from pipeline.device import pick_device
-from pipeline.plan import GrowthConfig
-from pipeline.session import RunConfig
-from pipeline.stats import paired_test, summary
+from pipeline.report.stats import paired_test, summary
+from pipeline.run.plan import GrowthConfig
+from pipeline.run.session import RunConfig
 from pipeline.training.config import TrainConfig
 from scripts.bench_common import machine
 

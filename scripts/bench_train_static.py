@@ -41,7 +41,7 @@ from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
 from pipeline.device import memory_format_for, seed_everything
 from pipeline.precision import DTYPES, autocast, resolve_precision
-from pipeline.session import RunConfig
+from pipeline.run.session import RunConfig
 from pipeline.train_static import StaticConfig, run
 from pipeline.training.config import TrainConfig
 

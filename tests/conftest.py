@@ -17,7 +17,7 @@ from models.spec import resolve_spec
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
 from pipeline.device import seed_everything
-from pipeline.plan import ExperimentPlan, GrowthConfig
+from pipeline.run.plan import ExperimentPlan, GrowthConfig
 from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
 from pipeline.training.epoch_loop import fit
 from pipeline.training.state import FitState, new_state

@@ -14,7 +14,7 @@ import click
 import mlflow
 import pytest
 
-from pipeline.stats import paired_test
+from pipeline.report.stats import paired_test
 from tests.conftest import REPO, subprocess_env
 
 pytestmark = pytest.mark.slow

@@ -10,9 +10,9 @@ from models.schedule import named_schedule
 from pipeline import train_dynamic, train_static
 from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
-from pipeline.plan import GrowthConfig
-from pipeline.run_length import scaled_schedule
-from pipeline.session import RunConfig
+from pipeline.run.length import scaled_schedule
+from pipeline.run.plan import GrowthConfig
+from pipeline.run.session import RunConfig
 from pipeline.train_static import StaticConfig
 from pipeline.training.budget import Budget, BudgetError, BudgetMeter, epochs_for, parse_budget, scale_epoch
 from pipeline.training.config import TrainConfig

@@ -15,7 +15,7 @@ from models.layers.convbn import ConvBnLayer
 from models.schedule import final_spec, parse_schedule
 from models.spec import resolve_spec
 from pipeline.cli import ConfigError
-from pipeline.plan import ExperimentPlan, GrowthConfig
+from pipeline.run.plan import ExperimentPlan, GrowthConfig
 from pipeline.training.config import TrainConfig
 from tests.conftest import fresh_state
 from tests.test_training import one_batch_at_zero_rate
@@ -75,7 +75,7 @@ def test_clip_grad_bounds_the_step(small_data):
     before = [p.detach().clone() for p in state.model.parameters()]
     one_batch_at_zero_rate(state, small_data.train, clip_grad=1e-3)  # the rate is 0: no change
     assert all(torch.equal(a, b) for a, b in zip(before, state.model.parameters()))
-    from pipeline.loop import EpochClock, StepRecipe, train_one_epoch
+    from pipeline.training.loop import EpochClock, StepRecipe, train_one_epoch
 
     train_one_epoch(
         state.model,

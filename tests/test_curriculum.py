@@ -17,7 +17,7 @@ from pipeline.curriculum.checks import CurriculumError
 from pipeline.curriculum.pacing import PACINGS, get_pacing
 from pipeline.curriculum.strategies import curriculum_from_dict, make_curriculum
 from pipeline.data.dataset import Data, Split
-from pipeline.loop import evaluate_split
+from pipeline.training.loop import evaluate_split
 
 N = 600
 fractions = st.floats(min_value=0.0, max_value=1.0, exclude_min=True, allow_nan=False)

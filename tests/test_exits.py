@@ -20,7 +20,7 @@ from models.schedule import final_spec, named_schedule
 from models.spec import ArchSpec, SpecError, named_layers, validate
 from pipeline import exits
 from pipeline.exits import ExitConfig, ExitError, with_exits
-from pipeline.loop import EpochClock, LossTerms, StepRecipe, train_one_epoch
+from pipeline.training.loop import EpochClock, LossTerms, StepRecipe, train_one_epoch
 
 SHAPE = (1, 28, 28)
 MINIMAL = ArchSpec(SHAPE, 10, tuple(named_layers("minimal")), "minimal")
@@ -211,7 +211,7 @@ def test_save_load_keeps_exits_and_thresholds_and_takes_the_same_exits(tmp_path,
 
 
 def test_the_logged_model_answers_by_adaptive_inference(tracking, small_data, tmp_path):
-    from pipeline.logged_model import MODEL_ID_TAG, log_classifier, raw_images
+    from pipeline.run.logged_model import MODEL_ID_TAG, log_classifier, raw_images
 
     model = _model(with_exits(DEFAULT, "stages", 12))
     x = small_data.val.x[:32]
@@ -571,7 +571,7 @@ def test_the_hard_tier_id_matches_the_tier_names():
 def test_the_tiers_rule_falls_back_to_the_bound_without_tiers_and_says_so(tracking, small_data, capsys):
     """A run without difficulty scores (train_static --exits without a score_difficulty run)
     calibrates with the bound rule, prints one line saying why, and tags the rule it used."""
-    from pipeline.exit_thresholds import set_exit_thresholds
+    from pipeline.run.exit_thresholds import set_exit_thresholds
 
     model = _model(with_exits(DEFAULT, "stages", 12))
     cfg = ExitConfig(exits="stages")  # the default rule: tiers
@@ -601,7 +601,7 @@ def test_the_size_check_counts_the_exits_each_growth_stage_adds():
     from types import SimpleNamespace
 
     from models.spec import spec_size
-    from pipeline.session import RunConfig, check_network_sizes
+    from pipeline.run.session import RunConfig, check_network_sizes
 
     events = named_schedule("default", 12)
     bare = spec_size(final_spec(MINIMAL, events)).params

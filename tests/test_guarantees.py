@@ -13,15 +13,15 @@ from torch import nn
 from models.builder import build_model
 from models.flops import flops_per_example
 from models.spec import ArchSpec, resolve_spec
+from pipeline.curriculum.pruning import LossPruner
 from pipeline.data.dataset import Data, Split
 from pipeline.device import seed_everything
 from pipeline.difficulty.cross_fit import FoldPlan, cross_fit
 from pipeline.difficulty.scorers import el2n_score, logits_of, loss_score
 from pipeline.evaluate import compute_test_metrics
-from pipeline.loop import EpochClock, EvalResult, LossTerms, StepRecipe, train_one_epoch
-from pipeline.pruning import LossPruner
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.loop import EpochClock, EvalResult, LossTerms, StepRecipe, train_one_epoch
 from pipeline.training.metrics import tier_accuracies
 from pipeline.training.state import new_state
 

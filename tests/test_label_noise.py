@@ -15,8 +15,8 @@ from pipeline.data.splits import load_data
 from pipeline.device import seed_everything
 from pipeline.main import MainConfig, resolve_preset
 from pipeline.report.runs import setting_of
+from pipeline.report.stats import roc_auc
 from pipeline.score_difficulty import Scored, noise_metrics, noise_report
-from pipeline.stats import roc_auc
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
 from pipeline.training.state import new_state

@@ -115,6 +115,6 @@ def test_one_training_epoch_takes_its_recipe_not_a_parameter_per_option():
     not a twenty-second parameter threaded through every caller."""
     import inspect
 
-    from pipeline.loop import train_one_epoch
+    from pipeline.training.loop import train_one_epoch
 
     assert len(inspect.signature(train_one_epoch).parameters) <= 10

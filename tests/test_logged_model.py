@@ -23,7 +23,7 @@ from models.builder import build_model
 from models.spec import resolve_spec
 from pipeline.data.config import DataConfig
 from pipeline.data.sources import load_raw
-from pipeline.logged_model import CHAMPION, MODEL_ID_TAG, log_classifier, raw_images, register_champion
+from pipeline.run.logged_model import CHAMPION, MODEL_ID_TAG, log_classifier, raw_images, register_champion
 
 
 def _trained_runs(small_data, tmp_path, accuracies=(0.5,)) -> list[str]:
@@ -136,7 +136,7 @@ def test_serving_pins_take_whichever_mlflow_distribution_is_installed():
     requirement none of whose distributions is installed fails before training, in one line."""
     from importlib.metadata import version
 
-    from pipeline.logged_model import ServingRequirementError, installed_pins, serving_requirements
+    from pipeline.run.logged_model import ServingRequirementError, installed_pins, serving_requirements
 
     assert installed_pins((("no-such-distribution", "pytest"),)) == (f"pytest=={version('pytest')}",)
     with pytest.raises(ServingRequirementError, match="none of no-such-a, no-such-b is installed"):

@@ -8,9 +8,9 @@ from models.builder import build_model
 from models.schedule import parse_schedule, validate_schedule
 from models.spec import resolve_spec
 from pipeline.curriculum.diet import diet_of_growth, growth_boundaries
+from pipeline.curriculum.pruning import LossPruner
 from pipeline.curriculum.strategies import make_curriculum
-from pipeline.plan import ExperimentPlan, GrowthConfig
-from pipeline.pruning import LossPruner
+from pipeline.run.plan import ExperimentPlan, GrowthConfig
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
 from tests.conftest import fresh_state, interrupted_then_resumed

@@ -14,11 +14,11 @@ import torch
 from models.spec import resolve_spec
 from pipeline.cli import ConfigError
 from pipeline.device import seed_everything
-from pipeline.loop import evaluate_split
 from pipeline.precision import PrecisionError, autocast, cpu_bf16_fast, cpu_bf16_native, resolve_precision
 from pipeline.training.checkpoints import CheckpointError, load_checkpoint
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.loop import evaluate_split
 from pipeline.training.state import new_state
 from tests.conftest import fresh_state, interrupted_then_resumed
 
@@ -108,7 +108,7 @@ def test_resume_with_another_explicit_precision_is_refused(small_data, tmp_path)
 @needs_bf16
 def test_growth_joins_in_fp32_and_its_probe_runs_at_the_runs_precision(small_data):
     from models.schedule import named_schedule
-    from pipeline.plan import ExperimentPlan
+    from pipeline.run.plan import ExperimentPlan
 
     cfg = dataclasses.replace(BF16, epochs=4)
     seed_everything(cfg.seed, cfg.deterministic)

@@ -9,8 +9,8 @@ import torch
 
 from pipeline.curriculum.config import CurriculumConfig
 from pipeline.curriculum.diet import make_pruner
+from pipeline.curriculum.pruning import LossPruner, PruningError
 from pipeline.curriculum.strategies import make_curriculum
-from pipeline.pruning import LossPruner, PruningError
 from pipeline.training.config import TrainConfig
 
 N = 1000

@@ -79,7 +79,7 @@ def test_help_keeps_each_usage_example_on_its_own_line(module):
 
 def test_a_run_name_leaves_out_the_pruning_that_goes_with_its_pacing():
     from pipeline.curriculum.diet import name_label
-    from pipeline.session import default_run_name
+    from pipeline.run.session import default_run_name
 
     tiers = {"seed": "2", "pacing": "tiers", "prune": "0.3"}
     assert default_run_name("dynamic-default+tiers+prune0.3", tiers) == "dynamic-default+tiers-s2"

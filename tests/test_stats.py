@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from pipeline.stats import paired_test, summary, time_to_target
+from pipeline.report.stats import paired_test, summary, time_to_target
 
 T_975 = {2: 4.302652729911275, 4: 2.7764451051977987}  # Student-t 97.5% quantiles by degrees of freedom
 

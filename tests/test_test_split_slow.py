@@ -46,7 +46,7 @@ def test_evaluate_scores_the_test_split_and_cuts_its_tiers_there(tracking, tmp_p
     from models.io import load_model
     from pipeline import evaluate
     from pipeline.difficulty.scores_table import load_scores
-    from pipeline.loop import evaluate_split
+    from pipeline.training.loop import evaluate_split
 
     noisy = [*DATA, "--label-noise", "0.4"]
     _ok(score_difficulty.main, [*noisy, "--folds", "2", "--epochs", "1", "--scorers", "loss"])

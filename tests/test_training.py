@@ -9,9 +9,16 @@ import torch
 
 from pipeline.cli import ConfigError
 from pipeline.data.augment import mixup_batch
-from pipeline.loop import DivergenceError, EpochClock, LossTerms, StepRecipe, cosine_lr, train_one_epoch
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit, learning_rate
+from pipeline.training.loop import (
+    DivergenceError,
+    EpochClock,
+    LossTerms,
+    StepRecipe,
+    cosine_lr,
+    train_one_epoch,
+)
 from pipeline.training.state import ArchitectureTrace
 from tests.conftest import fresh_state, interrupted_then_resumed
 

@@ -29,7 +29,7 @@ def test_every_project_error_is_a_user_error_but_the_bugs():
 
 
 def test_a_user_error_reads_as_its_message_and_a_bug_names_its_type():
-    from pipeline.loop import DivergenceError
+    from pipeline.training.loop import DivergenceError
 
     diverged = DivergenceError(2, 30, float("nan"))
     assert failure_reason(diverged) == "loss became nan at epoch 2, global step 30; lower --lr"

@@ -21,8 +21,8 @@ import torch
 from pipeline.curriculum.base import Curriculum
 from pipeline.curriculum.checks import CurriculumError, check_hold_back, check_rejoin
 from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
+from pipeline.curriculum.pruning import LossPruner, PruningError
 from pipeline.curriculum.strategies import make_curriculum
-from pipeline.pruning import LossPruner, PruningError
 from pipeline.training.config import TrainConfig
 
 if TYPE_CHECKING:

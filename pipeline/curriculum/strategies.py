@@ -34,7 +34,7 @@ from pipeline.curriculum.checks import CurriculumError
 from pipeline.curriculum.ordering import Ordering
 from pipeline.curriculum.pacing import PACINGS, ceil_count
 from pipeline.data.tiers import TIER_NAMES
-from pipeline.loop import evaluate_split
+from pipeline.training.loop import evaluate_split
 
 if TYPE_CHECKING:
     from pipeline.data.dataset import Data

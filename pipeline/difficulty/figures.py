@@ -14,7 +14,7 @@ from pipeline.data.sources import RawData
 from pipeline.data.tiers import TIER_NAMES, TierCuts
 from pipeline.difficulty.scores_table import SPLITS, score_column
 
-matplotlib.use("Agg")  # figures are files only, as in pipeline/plots.py
+matplotlib.use("Agg")  # figures are files only, as in pipeline/run/plots.py
 import matplotlib.pyplot as plt
 
 # What each score measures, for the histograms' x axes.

@@ -10,7 +10,7 @@ self-contained ``report.html`` and the figures into a folder. Along the way:
 - ``comparison``: the paired statistics against the baseline and the random-order control;
 - ``wording``: the Conclusion and the verdicts; ``sections``: the report as blocks;
 - ``metrics``: what is compared and how it prints; ``paths``: the files written;
-- the figures are in ``pipeline/comparison_plots.py``, the rendering in ``pipeline/render.py``.
+- the figures are in ``pipeline/report/comparison_plots.py``, the rendering in ``pipeline/report/render.py``.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline import comparison_plots
-from pipeline.render import to_html, to_markdown
-from pipeline.report import sections
+from pipeline.report import comparison_plots, sections
 from pipeline.report.comparison import COMPARISON_COLUMNS, PAIRED_COLUMNS, comparison_rows, ordering_rows
 from pipeline.report.groups import cost_frontier_lines, has_curve, make_groups
 from pipeline.report.metrics import TIERS
 from pipeline.report.paths import ReportPaths
+from pipeline.report.render import to_html, to_markdown
 from pipeline.report.runs import collect_runs
 from pipeline.tracking.errors import UpstreamError
 

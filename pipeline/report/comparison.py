@@ -11,7 +11,7 @@ import pandas as pd
 
 from pipeline.report.groups import Group
 from pipeline.report.metrics import METRICS, TIME_TO_TARGET, fmt
-from pipeline.stats import paired_test, summary
+from pipeline.report.stats import paired_test, summary
 
 # fmt: off
 COMPARISON_COLUMNS = [

@@ -22,7 +22,7 @@ import pandas as pd
 
 from pipeline.report.metrics import TIME_TO_TARGET, fmt
 from pipeline.report.runs import COMPARABILITY_KEYS, LENGTH_KEYS, setting_of
-from pipeline.stats import time_to_target
+from pipeline.report.stats import time_to_target
 from pipeline.training.budget import Budget, parse_budget
 
 BASELINE_VARIANT = "static"

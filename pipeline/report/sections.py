@@ -1,4 +1,4 @@
-"""The report's sections as blocks (``pipeline.render``), in reading order: the Conclusion, test
+"""The report's sections as blocks (``pipeline.report.render``), in reading order: the Conclusion, test
 accuracy by tier, label noise, paired differences, cost, learning curves, settings, final
 architectures, runs, and early exits when runs have them."""
 
@@ -12,11 +12,12 @@ import numpy as np
 import pandas as pd
 
 from pipeline.data.tiers import TIER_NAMES
-from pipeline.render import Block
 from pipeline.report.groups import TARGET_FRACTION, Group
 from pipeline.report.metrics import METRICS, NOISE_METRICS, TIERS, TIME_TO_TARGET, fmt
 from pipeline.report.paths import ReportPaths
+from pipeline.report.render import Block
 from pipeline.report.runs import COMPARABILITY_KEYS
+from pipeline.report.stats import summary
 from pipeline.report.wording import (
     ANSWER_HEAD,
     answer_table,
@@ -28,7 +29,6 @@ from pipeline.report.wording import (
     p_cell,
     verdict,
 )
-from pipeline.stats import summary
 
 TITLE = "Growing CNN: comparison report"
 

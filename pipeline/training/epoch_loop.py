@@ -18,7 +18,12 @@ from models.builder import SpecNet, count_parameters
 from models.flops import flops_per_example
 from pipeline.data.dataset import Data
 from pipeline.device import place_model
-from pipeline.loop import (
+from pipeline.precision import grad_scaler
+from pipeline.training import health, monitor, timing
+from pipeline.training.average import WeightAverage
+from pipeline.training.budget import BudgetMeter
+from pipeline.training.config import TrainConfig
+from pipeline.training.loop import (
     EpochClock,
     EpochStats,
     LossTerms,
@@ -27,11 +32,6 @@ from pipeline.loop import (
     evaluate_split,
     train_one_epoch,
 )
-from pipeline.precision import grad_scaler
-from pipeline.training import health, monitor, timing
-from pipeline.training.average import WeightAverage
-from pipeline.training.budget import BudgetMeter
-from pipeline.training.config import TrainConfig
 from pipeline.training.metrics import exit_accuracies, noise_metrics, noise_probe_positions, tier_accuracies
 from pipeline.training.state import ArchitectureTrace, FitState
 

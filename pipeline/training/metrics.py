@@ -10,8 +10,8 @@ from models.builder import SpecNet
 from pipeline.data.dataset import Data, Split
 from pipeline.data.tiers import TIER_NAMES
 from pipeline.exits import all_exit_logits
-from pipeline.loop import EvalResult, evaluate_split
 from pipeline.training.config import TrainConfig
+from pipeline.training.loop import EvalResult, evaluate_split
 
 
 def tier_accuracies(result: EvalResult, tiers: torch.Tensor | None, prefix: str) -> dict[str, float]:

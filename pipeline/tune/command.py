@@ -54,8 +54,8 @@ from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
 from pipeline.difficulty.scores_table import find_scores_run
-from pipeline.logged_model import register_champion
-from pipeline.run_length import run_cost
+from pipeline.run.length import run_cost
+from pipeline.run.logged_model import register_champion
 from pipeline.tracking.artifacts import log_dataset, scratch_dir
 from pipeline.tracking.errors import raise_terminated
 from pipeline.tracking.guard import GuardedCommand, main_guard

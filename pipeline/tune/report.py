@@ -29,11 +29,11 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
-matplotlib.use("Agg")  # figures are files only, as in pipeline/plots.py
+matplotlib.use("Agg")  # figures are files only, as in pipeline/run/plots.py
 import matplotlib.pyplot as plt
 from optuna.visualization import matplotlib as optuna_plots
 
-from pipeline.render import png_img
+from pipeline.report.render import png_img
 
 # Trial user attributes written by tune (pipeline/tune/worker.py) and read here.
 ATTR_RUN_ID = "mlflow_run_id"

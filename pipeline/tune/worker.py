@@ -27,14 +27,13 @@ from pipeline.curriculum.checks import CurriculumError
 from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.curriculum.diet import curriculum_pruning
 from pipeline.curriculum.inputs import prepare_curriculum
+from pipeline.curriculum.pruning import PruningError
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.device import pick_device, seed_everything
-from pipeline.logged_model import log_classifier
-from pipeline.loop import DivergenceError
-from pipeline.plan import ExperimentPlan, GrowthConfig
-from pipeline.pruning import PruningError
-from pipeline.run_length import RunLength, resolve_run_length
+from pipeline.run.length import RunLength, resolve_run_length
+from pipeline.run.logged_model import log_classifier
+from pipeline.run.plan import ExperimentPlan, GrowthConfig
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.errors import FAILURE_TAG, one_line
 from pipeline.tracking.params import log_params_shown
@@ -44,6 +43,7 @@ from pipeline.training import health
 from pipeline.training.budget import scale_epoch
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
+from pipeline.training.loop import DivergenceError
 from pipeline.training.state import FitState, new_state
 from pipeline.tune import report, search_space
 from pipeline.tune.config import ENTRY_POINT, OBJECTIVES

@@ -10,7 +10,7 @@ import click
 import mlflow
 import pandas as pd
 
-from pipeline.logged_model import register_champion
+from pipeline.run.logged_model import register_champion
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.workflow.steps import StepRunner
 

@@ -10,7 +10,7 @@ from models.schedule import final_spec, named_schedule
 from models.spec import resolve_spec
 from pipeline.curriculum.diet import curriculum_pruning, diet_of_growth, name_label
 from pipeline.data.dataset import Data
-from pipeline.run_length import static_training_flops
+from pipeline.run.length import static_training_flops
 from pipeline.workflow.presets import BASELINE_DIET, Diet, Preset
 from pipeline.workflow.steps import StepRunner
 

@@ -7,7 +7,7 @@ import click
 import mlflow
 
 from pipeline.data.dataset import Data
-from pipeline.run_length import RunLength
+from pipeline.run.length import RunLength
 from pipeline.training import health, timing
 from pipeline.training.config import TrainConfig
 from pipeline.training.state import FitState

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import mlflow
 
 from models.spec import ArchSpec
-from pipeline import plots
 from pipeline.data.dataset import Data
 from pipeline.exits import ExitConfig
-from pipeline.plan import ExperimentPlan
-from pipeline.run_length import RunLength
-from pipeline.session import RunConfig, TrainingOutcome, train_and_log, training_run
+from pipeline.run import plots
+from pipeline.run.length import RunLength
+from pipeline.run.plan import ExperimentPlan
+from pipeline.run.session import RunConfig, TrainingOutcome, train_and_log, training_run
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.runs import current_run_name
 

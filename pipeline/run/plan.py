@@ -25,9 +25,9 @@ from models.growth import (
 from models.schedule import GrowthError, GrowthEvent, final_spec, schedule_to_json
 from pipeline.cli import opt
 from pipeline.curriculum.base import Curriculum
+from pipeline.curriculum.pruning import LossPruner
 from pipeline.data.dataset import Data
 from pipeline.precision import autocast
-from pipeline.pruning import LossPruner
 from pipeline.training.config import TrainConfig, rebuild_optimizer
 from pipeline.training.epoch_loop import TrainingPlan
 

@@ -25,7 +25,7 @@ from models.errors import UserError
 from models.io import PREPROCESS, WEIGHTS, save_model
 from pipeline.data.dataset import Data
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODEL_ID_TAG = "logged_model_id"  # on a training run: its MLflow Model (models:/<id>)
 CHAMPION = "champion"
 # What serving needs, pinned to what trained the model; listed rather than inferred, which

@@ -1,4 +1,4 @@
-"""Figures of the evaluate report, comparing variants over seeds (``pipeline/plots.py`` draws the
+"""Figures of the evaluate report, comparing variants over seeds (``pipeline/run/plots.py`` draws the
 figures of one run); matplotlib with the Agg backend, nothing shown on screen.
 
 Each figure takes the report's groups of runs (``pipeline.report.groups.Group``, one per
@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from pipeline import plots
-from pipeline.stats import summary
+from pipeline.report.stats import summary
+from pipeline.run import plots
 
 
 class Runs(Protocol):

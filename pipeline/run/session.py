@@ -24,18 +24,17 @@ from models.growth import stage_exits
 from models.io import save_model
 from models.schedule import apply_event
 from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
-from pipeline import plots
 from pipeline.cli import opt, option_name
 from pipeline.codec import same_param
 from pipeline.curriculum.diet import curriculum_pruning
 from pipeline.data.dataset import Data
 from pipeline.device import pick_device, seed_everything
-from pipeline.exit_thresholds import set_exit_thresholds
 from pipeline.exits import ExitConfig
-from pipeline.logged_model import log_classifier, serving_requirements
-from pipeline.loop import DivergenceError
-from pipeline.run_length import RunLength
-from pipeline.run_outcome import log_budget, log_health
+from pipeline.run import plots
+from pipeline.run.exit_thresholds import set_exit_thresholds
+from pipeline.run.length import RunLength
+from pipeline.run.logged_model import log_classifier, serving_requirements
+from pipeline.run.outcome import log_budget, log_health
 from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.params import shown_param
@@ -46,6 +45,7 @@ from pipeline.training import timing
 from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.loop import DivergenceError
 from pipeline.training.state import FitState, new_state
 
 CHECKPOINT_ARTIFACT = "checkpoints/last.pt"

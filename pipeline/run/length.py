@@ -24,7 +24,6 @@ from models.spec import ArchSpec
 from pipeline.curriculum.config import CurriculumConfig
 from pipeline.data.dataset import Data
 from pipeline.device import pick_device, place_model
-from pipeline.loop import EpochClock, StepRecipe, train_one_epoch
 from pipeline.precision import grad_scaler
 from pipeline.training.budget import (
     MAX_EPOCHS,
@@ -39,6 +38,7 @@ from pipeline.training.budget import (
     scale_epoch,
 )
 from pipeline.training.config import TrainConfig
+from pipeline.training.loop import EpochClock, StepRecipe, train_one_epoch
 
 
 @dataclass
