@@ -1,9 +1,9 @@
 """The layout checks, each a script that reads the source: no import cycles in pipeline/ or
-models/, between modules or between packages (scripts/import_cycles.py), every module of
-pipeline/, models/ and scripts/ under 450 lines and every class under 200
-(scripts/module_sizes.py); and each finds what it looks for in a package built in tmp_path (a
-type-only cycle included; an upward import; a module or class at its limit); and one training
-epoch takes at most ten parameters."""
+models/, between modules or between packages (scripts/import_cycles.py); every module of
+pipeline/, models/ and scripts/ under 450 lines, every class under 200 and every function of
+pipeline/ at most 80 (scripts/module_sizes.py); each check finds what it looks for in a package
+built in tmp_path (a type-only cycle; an upward import; a module, class or function past its
+limit); and one training epoch takes at most ten parameters."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def test_modules_and_classes_are_under_the_size_limits():
     assert result.returncode == 0, result.stderr
 
 
-def test_the_size_check_names_a_module_and_a_class_at_their_limits(tmp_path):
+def test_the_size_check_names_a_module_a_class_and_a_function_past_their_limits(tmp_path):
     _package(
         tmp_path,
         {
@@ -100,13 +100,19 @@ def test_the_size_check_names_a_module_and_a_class_at_their_limits(tmp_path):
             # 200 lines counted from the decorator; Fine's 199 and its module's 449 are within
             "pkg/wide.py": "@dataclass\nclass Wide:\n" + "    x: int = 1\n" * 198,
             "pkg/fine.py": "class Fine:\n" + "    x = 1\n" * 198 + "y = 2\n" * 250,
+            # 81 lines from its def (its decorator not counted); Short's 80 are within
+            "pkg/steps.py": "@cache\ndef long_one():\n"
+            + "    x = 1\n" * 80
+            + "def short():\n"
+            + "    y = 2\n" * 79,
         },
     )
     result = _check("module_sizes.py", "--root", str(tmp_path), "pkg")
     assert result.returncode == 1
     assert "pkg/long.py: 450 lines" in result.stderr
     assert "pkg/wide.py: class Wide is 200 lines" in result.stderr
-    assert "fine" not in result.stderr
+    assert "pkg/steps.py: function long_one is 81 lines" in result.stderr
+    assert "fine" not in result.stderr and "short" not in result.stderr
 
 
 def test_one_training_epoch_takes_its_recipe_not_a_parameter_per_option():

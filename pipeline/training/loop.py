@@ -140,10 +140,7 @@ def train_one_epoch(
     """
     batch_size, augment, generator = recipe.batch_size, recipe.augment, clock.generator
     epoch, epochs, lr_at = clock.epoch, clock.epochs, clock.lr_at
-    precision, scaler, mixup = recipe.precision, recipe.scaler, recipe.mixup
-    label_smoothing, clip_grad = recipe.label_smoothing, recipe.clip_grad
-    terms = terms or LossTerms()
-    weights = terms.weights
+    mixup, terms = recipe.mixup, terms or LossTerms()
     model.train()
     device = split.x.device
     order = positions[torch.randperm(len(positions), generator=generator)].to(device)
@@ -175,13 +172,15 @@ def train_one_epoch(
         lr = lr_at((epoch + b / n_batches) / epochs)
         for group in optimizer.param_groups:  # growth's new layers may train at a multiple
             group["lr"] = lr * group.get("lr_scale", 1.0)
-        with autocast(precision, device):
-            batch_weights = None if weights is None else weights[idx]
-            logits, loss, each = _loss(model, x, y, y_partner, lam, batch_weights, label_smoothing, terms)
+        with autocast(recipe.precision, device):
+            batch_weights = None if terms.weights is None else terms.weights[idx]
+            logits, loss, each = _loss(
+                model, x, y, y_partner, lam, batch_weights, recipe.label_smoothing, terms
+            )
         batch_loss = loss.detach() * len(idx) if each is None else each.sum()
         if per_example is not None:
             per_example[b * batch_size : b * batch_size + len(idx)] = each
-        _step(optimizer, loss, scaler, clip_grad)
+        _step(optimizer, loss, recipe.scaler, recipe.clip_grad)
         if after_step is not None:
             after_step()
         losses[b] = batch_loss
