@@ -122,7 +122,17 @@ def run(
     }
     caption = f"schedule {schedule_label(growth_cfg.schedule)} from {start.name}, seed {train_cfg.seed}"
     request = TrainingRequest(
-        ENTRY_POINT, data, start, final, plan, length, params, tags, run_cfg, exit_cfg, growth_caption=caption
+        ENTRY_POINT,
+        data,
+        start=start,
+        final=final,
+        plan=plan,
+        length=length,
+        params=params,
+        tags=tags,
+        run_cfg=run_cfg,
+        exit_cfg=exit_cfg,
+        growth_caption=caption,
     )
     return run_training(request)
 

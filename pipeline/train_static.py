@@ -87,9 +87,19 @@ def run(
         **setup.tags(),
         "variant": "static" + setup.label() + ("+exits" if spec.exits else ""),
     }
-    return run_training(
-        TrainingRequest(ENTRY_POINT, data, spec, spec, plan, length, params, tags, run_cfg, exit_cfg)
+    request = TrainingRequest(
+        ENTRY_POINT,
+        data,
+        start=spec,
+        final=spec,
+        plan=plan,
+        length=length,
+        params=params,
+        tags=tags,
+        run_cfg=run_cfg,
+        exit_cfg=exit_cfg,
     )
+    return run_training(request)
 
 
 @click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)
