@@ -60,8 +60,10 @@ def test_the_frontier_pairs_each_seeds_same_time_run_with_its_static_run(trackin
         assert mine["dynamic-same-time"]["budget"] == f"run:{static}:s"
         budget = client.get_run(mine["dynamic-same-time"]["run_id"]).data.params["budget"].strip("'")
         assert budget == f"run:{static}:s"
-        # given the static run's seconds that trained, never more; its validation is not charged
-        assert mine["dynamic-same-time"]["train_s"] <= mine["static"]["train_s"]
+        # given the static run's seconds that trained, spent within the issue's 3%; its validation
+        # is not charged. (The meter begins no step it predicts it cannot pay; a step slower than
+        # predicted, on a loaded machine, can end a fraction of a step over.)
+        assert mine["dynamic-same-time"]["train_s"] <= 1.03 * mine["static"]["train_s"]
         assert all(0 < row["trained_share"] < 1 and row["wall_s"] > row["train_s"] for row in mine.values())
         for row in mine.values():  # accuracy is evaluate's, on the test split
             assert row["test_acc"] == client.get_run(row["run_id"]).data.metrics["test/acc"]

@@ -16,6 +16,7 @@ from pipeline.run.session import RunConfig
 from pipeline.train_static import StaticConfig
 from pipeline.training.budget import Budget, BudgetError, BudgetMeter, epochs_for, parse_budget, scale_epoch
 from pipeline.training.config import TrainConfig
+from pipeline.training.loop import cosine_lr
 
 DATA = DataConfig(subset=600)
 QUIET = RunConfig(progress=False)
@@ -164,7 +165,11 @@ def test_a_seconds_budget_counts_the_seconds_that_train_not_validation_or_loggin
     assert run.data.metrics["budget/used"] <= given
     assert again.state.cumulative_s > run.data.metrics["budget/used"]
     # Most of its seconds spent (its plan has an epoch to spare, and the clock ends it), with the
-    # learning rate, which follows the clock, annealed where it ended. How many epochs the
-    # timing planned depends on the machine's load, so that is not asserted.
-    assert run.data.metrics["budget/used_fraction"] > 0.8
-    assert again.state.history[-1]["train/lr"] < 0.1 * TrainConfig().lr
+    # learning rate, which follows the clock, annealed to the schedule's rate where the seconds
+    # ended (an epoch to spare followed by steps alone would leave it near 0.15 of its peak).
+    # How many epochs the timing planned, and how much a loaded machine leaves unspent, depend on
+    # the load, so neither is asserted beyond that.
+    used = run.data.metrics["budget/used_fraction"]
+    assert used > 0.8
+    cfg = TrainConfig()
+    assert again.state.history[-1]["train/lr"] <= cosine_lr(cfg.lr, used - 0.1, cfg.warmup)
