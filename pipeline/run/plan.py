@@ -1,4 +1,7 @@
-"""The experiment plan: growth events and a curriculum, as a ``TrainingPlan`` for ``fit``.
+"""The experiment plan: growth events and a curriculum, as a ``TrainingPlan`` for ``fit``; and
+the growth options it applies (``GrowthConfig``: the start network, the schedule, how new layers
+start, when to grow). The curriculum's options live with the curriculum
+(``pipeline/curriculum/config.py``).
 
 ``train_static`` uses it with no growth (a curriculum alone), ``train_dynamic`` with both, so
 data order and model growth can be compared separately. No MLflow inside.
