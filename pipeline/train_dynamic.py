@@ -15,7 +15,6 @@ import click
 from models.schedule import NAMED_SCHEDULES, GrowthEvent, validate_schedule
 from models.spec import ArchSpec, resolve_spec
 from pipeline.cli import build_config, config_options, help_text
-from pipeline.codec import flat_params
 from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.curriculum.inputs import prepare_curriculum
 from pipeline.data.config import DataConfig
@@ -109,18 +108,7 @@ def run(
         exit_weights=exit_cfg.weights_for(len(final.exits)) if final.exits else None,
         stage_exits=staged,
     )
-    params = {
-        **flat_params(data_cfg, train_cfg, growth_cfg, curriculum_cfg, run_cfg, exit_cfg),
-        **length.params(),
-    }
-    tags = {
-        "spec_name": start.name,
-        "final_spec": final.to_json(),
-        **setup.tags(),
-        "variant": f"dynamic-{schedule_label(growth_cfg.schedule)}{setup.label()}"
-        + ("+exits" if final.exits else ""),
-    }
-    caption = f"schedule {schedule_label(growth_cfg.schedule)} from {start.name}, seed {train_cfg.seed}"
+    label = schedule_label(growth_cfg.schedule)
     request = TrainingRequest(
         ENTRY_POINT,
         data,
@@ -128,11 +116,11 @@ def run(
         final=final,
         plan=plan,
         length=length,
-        params=params,
-        tags=tags,
+        configs=(data_cfg, train_cfg, growth_cfg, curriculum_cfg, run_cfg, exit_cfg),
         run_cfg=run_cfg,
         exit_cfg=exit_cfg,
-        growth_caption=caption,
+        kind=f"dynamic-{label}",
+        growth_caption=f"schedule {label} from {start.name}, seed {train_cfg.seed}",
     )
     return run_training(request)
 

@@ -12,7 +12,6 @@ import click
 
 from models.spec import ArchSpec, resolve_spec
 from pipeline.cli import build_config, config_options, help_text, opt
-from pipeline.codec import flat_params
 from pipeline.curriculum.config import CurriculumConfig
 from pipeline.curriculum.inputs import prepare_curriculum
 from pipeline.data.config import DataConfig
@@ -77,16 +76,6 @@ def run(
         pruner=setup.pruner,
         exit_weights=exit_cfg.weights_for(len(spec.exits)) if spec.exits else None,
     )
-    params = {
-        **flat_params(data_cfg, train_cfg, static_cfg, curriculum_cfg, run_cfg, exit_cfg),
-        **length.params(),
-    }
-    tags = {
-        "spec_name": spec.name,
-        "final_spec": spec.to_json(),
-        **setup.tags(),
-        "variant": "static" + setup.label() + ("+exits" if spec.exits else ""),
-    }
     request = TrainingRequest(
         ENTRY_POINT,
         data,
@@ -94,10 +83,10 @@ def run(
         final=spec,
         plan=plan,
         length=length,
-        params=params,
-        tags=tags,
+        configs=(data_cfg, train_cfg, static_cfg, curriculum_cfg, run_cfg, exit_cfg),
         run_cfg=run_cfg,
         exit_cfg=exit_cfg,
+        kind="static",
     )
     return run_training(request)
 

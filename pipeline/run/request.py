@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import mlflow
 
 from models.spec import ArchSpec
+from pipeline.codec import flat_params
 from pipeline.data.dataset import Data
 from pipeline.exits import ExitConfig
 from pipeline.run import plots
@@ -32,13 +33,28 @@ class TrainingRequest:
     final: ArchSpec  # the one it ends as: ``start`` for a static run
     plan: ExperimentPlan
     length: RunLength  # the resolved run length; ``length.train_cfg`` is what trains
-    params: dict[str, str]
-    tags: dict[str, str]
+    configs: tuple  # the entry point's option records as given, logged as its params
     run_cfg: RunConfig
     exit_cfg: ExitConfig
+    kind: str  # the variant's first word: "static", or "dynamic-<schedule>"
     # A growing run's figure of its architecture over the epochs, captioned after the run's
     # name ("schedule default from minimal, seed 0"); empty: no figure (a static run).
     growth_caption: str = ""
+
+    @property
+    def params(self) -> dict[str, str]:
+        return {**flat_params(*self.configs), **self.length.params()}
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """The networks, the diet's tags and the variant: the kind, the diet's label, exits."""
+        setup = self.length.setup
+        return {
+            "spec_name": self.start.name,
+            "final_spec": self.final.to_json(),
+            **setup.tags(),
+            "variant": self.kind + setup.label() + ("+exits" if self.final.exits else ""),
+        }
 
 
 def run_training(request: TrainingRequest) -> TrainingOutcome:
