@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from statistics import fmean
 
 import click
 
@@ -46,11 +47,6 @@ def _paired(a: dict[int, dict], b: dict[int, dict], key=lambda r: r["test_acc"])
         return "n/a"
     test = points(paired_test([key(a[s]) for s in seeds], [key(b[s]) for s in seeds]))
     return f"{test['mean_diff']:+.2f} ({test['ci_low']:+.2f} to {test['ci_high']:+.2f}), n={len(seeds)}"
-
-
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values)
 
 
 @click.command()
@@ -81,11 +77,11 @@ def main(files: tuple[str, ...], static_fraction: float, output: str) -> None:
         health = [dynamic[s]["health"] for s in seeds]
         dips = sorted(100 * dynamic[s]["growth_dip"] for s in seeds if dynamic[s]["growth_dip"] is not None)
         dip = f"{dips[len(dips) // 2]:+.1f}" if dips else "n/a"
-        flops = _mean(dynamic[s]["flops"] for s in seeds) / flops_12
+        flops = fmean(dynamic[s]["flops"] for s in seeds) / flops_12
         ok = f"{health.count('ok')} of {len(health)} ok"
         against_reference = "(reference)" if index == 0 else _paired(dynamic, reference)
         lines.append(
-            f"| {name} | {seeds[0]}-{seeds[-1]} | {' / '.join(f'{a:.2f}' for a in accs)} ({_mean(accs):.2f}) "
+            f"| {name} | {seeds[0]}-{seeds[-1]} | {' / '.join(f'{a:.2f}' for a in accs)} ({fmean(accs):.2f}) "
             f"| {ok} | {dip} | {flops:.3f} | {against_reference} | {_paired(dynamic, static_at)} | "
             f"{_paired(dynamic, static_12)} |"
         )
