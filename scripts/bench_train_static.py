@@ -7,7 +7,8 @@ one every growing run starts from) and each precision (``--precisions``, default
 bf16), runs R trials, alternating every arm within a trial so that machine noise hits all alike:
 
 - ``bare``: the plainest loop over the same in-memory tensors (model, SGD, batches by index),
-  in the same memory format as the pipeline (channels_last on CPU) and under the same autocast;
+  in the same memory format as the pipeline (channels_last) and under the same autocast, on
+  ``--device`` (the CPU by default; on CUDA every clock read waits for the device);
 - ``pipeline``: ``train_static.run`` with everything on (MLflow logging into a temporary store,
   validation, checkpoints, FLOP counting), for the same epochs, model, data and batch size;
 - with ``--compile``, also ``compiled``: the pipeline with ``--compile true``, whose first
@@ -39,36 +40,42 @@ from models.flops import flops_per_example
 from models.spec import resolve_spec
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
-from pipeline.device import memory_format_for, seed_everything
+from pipeline.device import memory_format_for, pick_device, seed_everything
 from pipeline.precision import DTYPES, autocast, resolve_precision
 from pipeline.run.session import RunConfig
 from pipeline.train_static import StaticConfig, run
 from pipeline.training.config import TrainConfig
 
-CPU = torch.device("cpu")
 
-
-def bare_loop(data, spec, cfg: TrainConfig, precision: str) -> float:
+def bare_loop(data, spec, cfg: TrainConfig, precision: str, device: torch.device) -> float:
     """Training samples per second of the plainest loop over the same tensors and layout."""
     seed_everything(cfg.seed, False)
-    layout = memory_format_for(CPU)
-    model = build_model(spec).to(memory_format=layout)
+    layout = memory_format_for(device)
+    model = build_model(spec).to(device=device, memory_format=layout)
     opt = torch.optim.SGD(
         model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, nesterov=True
     )
-    x, y = data.train.x.contiguous(memory_format=layout), data.train.y
+    x, y = data.train.x.to(device).contiguous(memory_format=layout), data.train.y.to(device)
+    synchronize(device)
     start = time.perf_counter()
     for _ in range(cfg.epochs):
         model.train()
-        order = torch.randperm(len(y))
+        order = torch.randperm(len(y)).to(device)
         for b in range(0, len(order), cfg.batch_size):
             idx = order[b : b + cfg.batch_size]
-            with autocast(precision, CPU):
+            with autocast(precision, device):
                 loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+    synchronize(device)
     return cfg.epochs * len(y) / (time.perf_counter() - start)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a clock read after it counts that work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def pipeline_run(data_cfg: DataConfig, cfg: TrainConfig, spec: str, tmp: Path) -> tuple[float, list[float]]:
@@ -81,13 +88,15 @@ def pipeline_run(data_cfg: DataConfig, cfg: TrainConfig, spec: str, tmp: Path) -
     return examples / outcome.state.cumulative_s, [h["time/epoch_s"] for h in outcome.state.history]
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 10) -> float:
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+def matmul_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, repeats: int = 10) -> float:
+    a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
     torch.mm(a, b)
     times = []
     for _ in range(repeats):
+        synchronize(device)
         start = time.perf_counter()
         torch.mm(a, b)
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return 2 * n**3 / min(times)
 
@@ -99,13 +108,24 @@ def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 10) -> float:
 @click.option("--specs", default="default,minimal", show_default=True)
 @click.option("--precisions", default="fp32,bf16", show_default=True)
 @click.option("--compile", "with_compile", is_flag=True, help="add the --compile true pipeline arm")
+@click.option("--compile-mode", default="default", show_default=True, help="reduce-overhead: CUDA graphs")
+@click.option("--device", "device_name", default="cpu", show_default=True, help="cpu, cuda, auto...")
 @click.option("--output", default="reports/bench_train_static.json", show_default=True)
 def main(
-    repeats: int, epochs: int, subset: int, specs: str, precisions: str, with_compile: bool, output: str
+    repeats: int,
+    epochs: int,
+    subset: int,
+    specs: str,
+    precisions: str,
+    with_compile: bool,
+    compile_mode: str,
+    device_name: str,
+    output: str,
 ) -> None:
     data_cfg = DataConfig(subset=subset)
     data = load_data(data_cfg)
-    precs = [resolve_precision(p, CPU) for p in precisions.split(",")]
+    device = pick_device(device_name)
+    precs = [resolve_precision(p, device) for p in precisions.split(",")]
     arms = [(s, p, kind) for s in specs.split(",") for p in precs for kind in ("bare", "pipeline")]
     if with_compile:
         arms += [(s, p, "compiled") for s in specs.split(",") for p in precs]
@@ -117,10 +137,17 @@ def main(
         for r in range(repeats):
             for arm in arms:
                 name, precision, kind = arm
-                cfg = TrainConfig(epochs=epochs, precision=precision, compile=kind == "compiled")
+                compiled = kind == "compiled"
+                cfg = TrainConfig(
+                    epochs=epochs,
+                    precision=precision,
+                    device=str(device),
+                    compile=compiled,
+                    compile_mode=compile_mode if compiled else "default",
+                )
                 if kind == "bare":
                     spec = resolve_spec(name, data.input_shape, data.num_classes)
-                    samples[arm].append(bare_loop(data, spec, cfg, precision))
+                    samples[arm].append(bare_loop(data, spec, cfg, precision, device))
                 else:
                     rate, per_epoch = pipeline_run(data_cfg, cfg, name, Path(tmp))
                     samples[arm].append(rate)
@@ -128,8 +155,10 @@ def main(
                 rate = samples[arm][-1]
                 print(f"trial {r + 1} {name} {precision} {kind}: {rate:.0f} samples/s", flush=True)
             load.append(os.getloadavg()[0])
-    peaks = {p: matmul_peak(DTYPES.get(p, torch.float32)) for p in precs}
+    peaks = {p: matmul_peak(DTYPES.get(p, torch.float32), device) for p in precs}
     result = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
+        "compile_mode": compile_mode if with_compile else None,
         "threads": torch.get_num_threads(),
         "load_average_1min": load,
         "train_examples": len(data.train),

@@ -173,6 +173,13 @@ CASES = [
     Case("weight average decay of 1", DYNAMIC, (*SCORED, "--ema-decay", "1"), "--ema-decay must be"),
     Case("negative growth re-warm", DYNAMIC, (*SCORED, "--growth-rewarm", "-0.1"), "--growth-rewarm must be"),
     Case("zero growth rate scale", DYNAMIC, (*SCORED, "--growth-lr-scale", "0"), "--growth-lr-scale must be"),
+    Case("unknown compile mode", STATIC, (*SCORED, "--compile", "true", "--compile-mode", "x"), "mode 'x'"),
+    Case(
+        "compile mode without compiling",
+        DYNAMIC,
+        (*SCORED, "--compile-mode", "reduce-overhead"),
+        "--compile-mode reduce-overhead needs --compile true",
+    ),
     Case("negative growth noise", DYNAMIC, (*SCORED, "--growth-noise", "-1"), "--growth-noise must be"),
     Case(
         "growth noise on a random init",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mlflow
 import pytest
+import torch
 
 from models.schedule import named_schedule
 from pipeline import train_dynamic, train_static
@@ -16,6 +17,7 @@ from pipeline.run.session import RunConfig
 from pipeline.train_static import StaticConfig
 from pipeline.training.budget import Budget, BudgetError, BudgetMeter, epochs_for, parse_budget, scale_epoch
 from pipeline.training.config import TrainConfig
+from pipeline.training.epoch_loop import _budget_allows
 from pipeline.training.loop import cosine_lr
 
 DATA = DataConfig(subset=600)
@@ -173,3 +175,24 @@ def test_a_seconds_budget_counts_the_seconds_that_train_not_validation_or_loggin
     assert used > 0.8
     cfg = TrainConfig()
     assert again.state.history[-1]["train/lr"] <= cosine_lr(cfg.lr, used - 0.1, cfg.warmup)
+
+
+def test_the_meter_says_when_a_check_came_near_the_end_of_its_budget():
+    meter = BudgetMeter(Budget("seconds", 100.0, "100s"), spent=90.0, seconds_per_example=0.1)
+    assert meter.allows(examples_done=0, next_batch=10, flops_per_example=0.0, elapsed_s=0.0)  # 91
+    assert not meter.near_end(0.02)
+    assert meter.allows(examples_done=80, next_batch=10, flops_per_example=0.0, elapsed_s=8.0)  # 99
+    assert meter.near_end(0.02)
+
+
+def test_off_cuda_a_budget_check_reads_the_clock_once():
+    reads = []
+
+    def clock() -> float:
+        reads.append(1)
+        return 9.5
+
+    meter = BudgetMeter(Budget("seconds", 10.0, "10s"), seconds_per_example=0.01)
+    assert _budget_allows(meter, 1.0, torch.device("cpu"), 950, 10, clock)  # 9.6 s, near the end
+    assert len(reads) == 1  # the host's clock is the device's: nothing to wait for
+    assert not _budget_allows(meter, 1.0, torch.device("cpu"), 950, 60, clock)  # 10.1 s

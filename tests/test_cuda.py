@@ -53,3 +53,21 @@ def test_static_dynamic_and_evaluate_run_on_the_gpu(tracking):
     _ok(evaluate.main, ["--runs", f"{static},{dynamic}", "--device", "cuda"])
     for run_id in (static, dynamic):
         assert 0.1 < mlflow.get_run(run_id).data.metrics["test/acc"] <= 1.0
+
+
+def test_a_seconds_budget_on_the_gpu_is_never_overrun(tracking):
+    """The host's clock runs ahead of CUDA's queue: near the end of the budget a step is allowed
+    by the device's clock (``CUDA_EXACT_SHARE``)."""
+    for seed in (1, 2):
+        args = [*DATA, "--device", "cuda", "--pacing", "none", "--prune", "0", "--seed", str(seed)]
+        run_id = _ok(train_dynamic.main, [*args, "--budget", "4s"])
+        used = mlflow.get_run(run_id).data.metrics["budget/used_fraction"]
+        assert 0.9 <= used <= 1.0, used
+
+
+def test_a_growing_run_compiles_with_cuda_graphs(tracking):
+    args = [*DATA, "--device", "cuda", "--pacing", "none", "--prune", "0", "--epochs", "4"]
+    run_id = _ok(train_dynamic.main, [*args, "--compile", "true", "--compile-mode", "reduce-overhead"])
+    run = mlflow.get_run(run_id)
+    assert run.data.tags["health"] in ("ok", "dipped")
+    assert mlflow.artifacts.load_dict(f"runs:/{run_id}/architecture_trace.json")["events"]

@@ -149,6 +149,8 @@ class BudgetMeter:
     # the share of a seconds budget spent at the last check: the learning rate's progress, so
     # the schedule follows the clock and anneals where the seconds end (0 for other units)
     progress: float = 0.0
+    # the cost the last check predicted, the next step included
+    last_cost: float = 0.0
 
     def allows(self, examples_done: int, next_batch: int, flops_per_example: float, elapsed_s: float) -> bool:
         if self.budget.unit == "flops":
@@ -160,7 +162,12 @@ class BudgetMeter:
             cost = self.spent + elapsed_s + self.seconds_per_example * next_batch + self.reserve_s
         else:
             return True
+        self.last_cost = cost
         if cost > self.budget.amount * (1 + 1e-9):  # float sums of exact costs may round up
             self.exhausted = True
             return False
         return True
+
+    def near_end(self, share: float) -> bool:
+        """Whether the last check's predicted cost came within ``share`` of the budget's end."""
+        return self.last_cost > (1 - share) * self.budget.amount

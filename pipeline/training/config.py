@@ -15,6 +15,8 @@ from pipeline.data.augment import AUGMENTATIONS
 from pipeline.device import pick_device
 from pipeline.precision import PRECISIONS, resolve_precision
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -84,6 +86,11 @@ class TrainConfig:
         "fp16 (CUDA only); weights and optimizer state stay fp32",
     )
     compile: bool = opt(False, "torch.compile the model (recompiled after each growth); see README")
+    compile_mode: str = opt(
+        "default",
+        "torch.compile's mode with --compile true: default, reduce-overhead (CUDA graphs: one "
+        "launch per step, for networks whose steps are launch-bound on a GPU) or max-autotune",
+    )
     budget: str = opt(
         "",
         "training budget: empty for --epochs, or 24ep, 3.2e14flops, 600s, run:RUN_ID (its FLOPs; "
@@ -122,6 +129,10 @@ class TrainConfig:
             raise ConfigError(f"--augment {self.augment!r}: use one of {', '.join(AUGMENTATIONS)}")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"--precision {self.precision!r}: use one of {', '.join(PRECISIONS)}")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ConfigError(f"--compile-mode {self.compile_mode!r}: use one of {', '.join(COMPILE_MODES)}")
+        if self.compile_mode != "default" and not self.compile:
+            raise ConfigError(f"--compile-mode {self.compile_mode} needs --compile true")
         resolve_precision(self.precision, pick_device(self.device))
         return self
 

@@ -35,6 +35,10 @@ from pipeline.training.loop import (
 from pipeline.training.metrics import exit_accuracies, noise_metrics, noise_probe_positions, tier_accuracies
 from pipeline.training.state import ArchitectureTrace, FitState
 
+# The last share of a seconds budget in which, on CUDA, a step is allowed only by the device's
+# clock (one synchronisation per step there): the host runs ahead by at most a few queued steps.
+CUDA_EXACT_SHARE = 0.02
+
 
 class TrainingPlan:
     """Static training: no growth, every training example each epoch.
@@ -239,7 +243,7 @@ class _EpochLoop:
         if meter is not None:  # seconds budgets count the seconds that train (timing.py)
             flops_spent = meter.budget.unit == "flops"
             meter.spent = state.cumulative_train_flops if flops_spent else timing.trained_s(self.parts)
-            allows = functools.partial(_budget_allows, meter, self.flops["train"])
+            allows = functools.partial(_budget_allows, meter, self.flops["train"], self.device)
         train_start = time.perf_counter()
         stats = train_one_epoch(
             self.forward,
@@ -329,12 +333,26 @@ class _EpochLoop:
 
 
 def _budget_allows(
-    meter: BudgetMeter, flops_per_train_example: float, done: int, batch: int, elapsed: float
+    meter: BudgetMeter,
+    flops_per_train_example: float,
+    device: torch.device,
+    done: int,
+    batch: int,
+    clock: Callable[[], float],
 ) -> bool:
-    return meter.allows(done, batch, flops_per_train_example, elapsed)
+    """Whether the budget pays the next step. On CUDA the host's clock runs ahead of the queued
+    steps, so near the end of a seconds budget (its last ``CUDA_EXACT_SHARE``) a step the host's
+    clock lets pass is asked again once the device has caught up: the budget is never overrun by
+    the queue, and the steps before keep running ahead of the host unhindered."""
+    allowed = meter.allows(done, batch, flops_per_train_example, clock())
+    seconds_on_cuda = device.type == "cuda" and meter.budget.unit == "seconds"
+    if allowed and seconds_on_cuda and meter.near_end(CUDA_EXACT_SHARE):
+        torch.cuda.synchronize(device)
+        allowed = meter.allows(done, batch, flops_per_train_example, clock())
+    return allowed
 
 
 def _compiled(model: SpecNet, cfg: TrainConfig) -> nn.Module:
     """What ``fit`` calls for forward passes: ``model`` itself, or with ``--compile`` a compiled
     wrapper that shares its parameters (so checkpoints and growth see the plain module)."""
-    return torch.compile(model) if cfg.compile else model
+    return torch.compile(model, mode=cfg.compile_mode) if cfg.compile else model

@@ -126,17 +126,17 @@ def train_one_epoch(
     clock: EpochClock,
     terms: LossTerms | None = None,
     *,
-    allows: Callable[[int, int, float], bool] | None = None,
+    allows: Callable[[int, int, Callable[[], float]], bool] | None = None,
     after_step: Callable[[], None] | None = None,
     progress_bar: bool = False,
 ) -> EpochStats:
     """One pass over ``positions`` (indices into ``split``) in a random order.
 
-    ``split`` should already be on the model's device. ``allows(done, next, s)``, asked before
-    each step with the examples trained so far, the next batch's size and the seconds since
-    the epoch started, ends the epoch early when it says no (a spent budget). With mixup the
-    epoch's accuracy counts the label with the larger share. ``after_step()`` runs after each
-    optimizer step (a weight average's update).
+    ``split`` should already be on the model's device. ``allows(done, next, clock)``, asked
+    before each step with the examples trained so far, the next batch's size and a clock of the
+    epoch's seconds (the host's: on CUDA ahead of the device), ends the epoch early when it says
+    no. With mixup the epoch's accuracy counts the label with the larger share.
+    ``after_step()`` runs after each optimizer step (a weight average's update).
     """
     batch_size, augment, generator = recipe.batch_size, recipe.augment, clock.generator
     epoch, epochs, lr_at = clock.epoch, clock.epochs, clock.lr_at
@@ -160,7 +160,7 @@ def train_one_epoch(
     trained = n_batches
     for b in bar:
         idx = order[b * batch_size : (b + 1) * batch_size]
-        if allows is not None and not allows(b * batch_size, len(idx), time.perf_counter() - start):
+        if allows is not None and not allows(b * batch_size, len(idx), lambda: time.perf_counter() - start):
             trained = b
             break
         x = augment_batch(split.x[idx], augment, generator)

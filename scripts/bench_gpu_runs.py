@@ -1,0 +1,83 @@
+"""The finished training runs of one experiment as a table of where their seconds went.
+
+    python3 scripts/bench_gpu_runs.py --experiment gpu --output reports/gpu/runs.md
+
+One row per run, oldest first: its name, device, precision and compile mode, epochs, the epoch
+loop's seconds (``time/total_*_s`` summed: everything accounted), the seconds that trained and
+their share, the first epoch's seconds (which carry a compilation) against the median of the
+later ones, and the last validation accuracy. What ``scripts/bench_gpu.sh step`` prints after its
+eager and compiled runs; it reads the store only.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import click
+import mlflow
+from mlflow import MlflowClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
+
+from pipeline.training.timing import PARTS
+
+COLUMNS = (
+    "run",
+    "device",
+    "precision",
+    "compile",
+    "epochs",
+    "accounted s",
+    "trained s",
+    "trained share",
+    "first epoch s",
+    "later epochs s (median)",
+    "val acc",
+)
+
+
+def row(client: MlflowClient, run) -> list[str]:
+    """One run's cells; epochs' seconds from its ``time/epoch_s`` history."""
+    params, metrics, tags = run.data.params, run.data.metrics, run.data.tags
+    epochs = [m.value for m in client.get_metric_history(run.info.run_id, "time/epoch_s")]
+    accounted = sum(metrics.get(f"time/total_{p}_s", 0.0) for p in PARTS)
+    compiled = params.get("compile", "false").lower() == "true"
+    return [
+        run.info.run_name,
+        tags.get("device", params.get("device", "")),
+        tags.get("precision_resolved", ""),
+        params.get("compile_mode", "default") if compiled else "eager",
+        str(len(epochs)),
+        f"{accounted:.1f}",
+        f"{metrics.get('time/trained_s', float('nan')):.1f}",
+        f"{metrics.get('time/trained_share', float('nan')):.0%}",
+        f"{epochs[0]:.2f}" if epochs else "",
+        f"{statistics.median(epochs[1:]):.2f}" if len(epochs) > 1 else "",
+        f"{metrics.get('val/acc', float('nan')):.4f}",
+    ]
+
+
+@click.command()
+@click.option("--experiment", default="gpu", show_default=True)
+@click.option("--output", default="", help="also write the table here (markdown)")
+def main(experiment: str, output: str) -> None:
+    client = MlflowClient()
+    found = mlflow.get_experiment_by_name(experiment)
+    if found is None:
+        raise click.UsageError(f"no experiment {experiment!r} in {mlflow.get_tracking_uri()}")
+    runs = client.search_runs(
+        [found.experiment_id], "attributes.status = 'FINISHED'", order_by=["attributes.start_time ASC"]
+    )
+    trained = [r for r in runs if "time/trained_s" in r.data.metrics]
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row(client, r)) + " |" for r in trained]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if output:
+        Path(output).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
