@@ -90,7 +90,7 @@ from scripts.bench_common import (
 from scripts.bench_frontier_figure import plot
 from scripts.bench_frontier_findings import health_counts, print_findings
 from scripts.bench_frontier_tiers import by_tier, test_by_tier
-from scripts.bench_levers import DYNAMIC_BEFORE, LEVERS, dynamic_recipe, grown_into
+from scripts.bench_levers import LEVERS, before, dynamic_recipe, grown_into
 
 
 def run_one(call) -> dict:
@@ -133,7 +133,7 @@ def reused_runs(
                 f"--reuse {path}: lever {name}, subset {earlier['subset']}, {data}; this run has lever "
                 f"{lever}, subset {subset}, {dataset} (another lever's static runs need its recipe, network)"
             )
-        same_dynamic = {**DYNAMIC_BEFORE, **earlier["lever"]}.items() >= dynamic_recipe(lever).items()
+        same_dynamic = before(earlier["lever"]).items() >= dynamic_recipe(lever).items()
         for r in earlier["runs"]:
             if (name != lever or not same_dynamic) and r["arm"] != "static":
                 continue

@@ -93,14 +93,16 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     # too long on its own (warm starting, Ash & Adams 2020)?
     "keep+early": ({}, {"tier_boundaries": "1,2", "prune_from": 3}, {"schedule": "early"}, {}),
     # New layers start as random layers instead of as identities (function-preserving growth):
-    # does the grown network's ceiling come from the start network's basin?
+    # does the grown network's ceiling come from the start network's basin? (The default since
+    # issue 35; `identity` is the start it replaced.)
     "random-init": ({}, {}, {"growth_init": "random"}, {}),
+    "identity": ({}, {}, {"growth_init": "preserve"}, {}),
     "keep+random-init": ({}, {"tier_boundaries": "1,2", "prune_from": 3}, {"growth_init": "random"}, {}),
     # The new layers start near the identity, not on it: Net2Net's noise at one and three
     # times a fresh layer's init scale. Does an exact identity hold the grown network in the
     # small network's basin (half of conv2's channels copying conv1's)?
-    "noise1": ({}, {}, {"growth_noise": 1.0}, {}),
-    "noise3": ({}, {}, {"growth_noise": 3.0}, {}),
+    "noise1": ({}, {}, {"growth_init": "preserve", "growth_noise": 1.0}, {}),
+    "noise3": ({}, {}, {"growth_init": "preserve", "growth_noise": 3.0}, {}),
     "keep+aug+smooth": (
         {"augment": "flip+shift", "label_smoothing": 0.1},
         {"tier_boundaries": "1,2", "prune_from": 3},
@@ -189,8 +191,9 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
 
 # What a dynamic run did before a default changed, for result files that lack its key: the easy
 # tier retired at the first growth, and the rate did not re-warm after growth (the re-warm came
-# with pruning's start moving to the epoch after the growth: runs with it prune from there).
-DYNAMIC_BEFORE = {"retire_easy": True, "growth_rewarm": 0.0}
+# with pruning's start moving to the epoch after the growth: runs with it prune from there); new
+# layers started as identities unless the lever said otherwise (``before``).
+DYNAMIC_BEFORE = {"retire_easy": True, "growth_rewarm": 0.0, "growth_init": "preserve"}
 
 
 def dynamic_recipe(lever: str) -> dict:
@@ -199,7 +202,15 @@ def dynamic_recipe(lever: str) -> dict:
     return {
         "retire_easy": diet.retires_easy(DynamicCurriculumConfig(**LEVERS[lever][1])),
         "growth_rewarm": TrainConfig(**{**LEVERS[lever][0], **LEVERS[lever][3]}).growth_rewarm,
+        "growth_init": GrowthConfig(**LEVERS[lever][2]).growth_init,
     }
+
+
+def before(entry: dict) -> dict:
+    """What an earlier result file's lever ``entry`` ran, its missing keys read as they were
+    before the defaults changed (``DYNAMIC_BEFORE``; a lever that named a growth init ran it)."""
+    init = entry["options"][2].get("growth_init", DYNAMIC_BEFORE["growth_init"])
+    return {**DYNAMIC_BEFORE, "growth_init": init, **entry}
 
 
 def grown_into(start, schedule: str, data):

@@ -205,6 +205,12 @@ def test_another_levers_file_lends_only_its_static_runs_and_only_with_the_same_r
     assert set(rows) == {(100, "static", 1.0)}
     rows, _ = reused_runs(frontier("no-rewarm", predates=("growth_rewarm",)), "no-rewarm", 0)
     assert set(rows) == {(100, "static", 1.0), (100, "dynamic-12ep", 1.0)}
+    # A file from before the random start became the default: its `base` grew identities; a
+    # lever that named its start ran that start.
+    rows, _ = reused_runs(frontier("base", predates=("growth_init",)), "base", 0)
+    assert set(rows) == {(100, "static", 1.0)}
+    rows, _ = reused_runs(frontier("random-init", predates=("growth_init",)), "random-init", 0)
+    assert set(rows) == {(100, "static", 1.0), (100, "dynamic-12ep", 1.0)}
     with pytest.raises(
         click.UsageError, match="lever smooth, subset 0, fashion-mnist; this run has lever noise1"
     ):

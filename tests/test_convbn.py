@@ -58,10 +58,10 @@ def test_a_calibrated_identity_convbn_is_the_identity_in_train_mode_too():
     torch.testing.assert_close(layer(x)[:, :8], x, atol=1e-4, rtol=1e-4)
 
 
-def test_the_plan_calibrates_what_it_grows(small_data):
+def test_the_plan_calibrates_what_it_grows_as_an_identity(small_data):
     cfg = TrainConfig(epochs=4, batch_size=64, seed=0)
     events = parse_schedule("2:convbn(16)@after:pool1", cfg.epochs)
-    plan = ExperimentPlan(cfg, small_data, events, GrowthConfig())
+    plan = ExperimentPlan(cfg, small_data, events, GrowthConfig(growth_init="preserve"))
     state = fresh_state(small_data, cfg)  # tiny: conv1 (a plain conv) pool1 fc1
     _, _, reports = plan.before_epoch(2, state.model, state.optimizer)
     assert reports[0]["calibrated"] and reports[0]["probe_loss_after"] == pytest.approx(

@@ -86,6 +86,13 @@ def test_a_run_name_leaves_out_the_pruning_that_goes_with_its_pacing():
     assert default_run_name("static+prune0.3", {"seed": "0", "pacing": "none", "prune": "0.3"}) == (
         "static+prune0.3-s0"  # pruning without a curriculum is not the default: it stays
     )
+    identity = {**tiers, "growth_init": "preserve"}  # not the default start: the name says so
+    assert default_run_name("dynamic-default+tiers+prune0.3", identity) == (
+        "dynamic-default+tiers+preserve-init-s2"
+    )
+    assert default_run_name("dynamic-default+tiers+prune0.3", {**tiers, "growth_init": "random"}) == (
+        "dynamic-default+tiers-s2"
+    )
     assert name_label("tiers", "random", 0.3) == "+tiers-random" and name_label(
         "tiers", "curriculum", 0.5
     ) == ("+tiers+prune0.5")

@@ -17,6 +17,7 @@ import torch
 from models.builder import SpecNet
 from models.flops import flops_per_example
 from models.growth import (
+    DEFAULT_GROWTH_INIT,
     GROWTH_INITS,
     PlateauTrigger,
     calibrate,
@@ -44,7 +45,11 @@ class GrowthConfig:
     schedule: str = opt(
         "default", "growth schedule: a name, JSON, or compact like '3:conv(64)@after:pool1;6:residual'"
     )
-    growth_init: str = opt("preserve", "preserve (function-preserving where possible) or random")
+    growth_init: str = opt(
+        DEFAULT_GROWTH_INIT,
+        "what new layers start as: random (a fresh layer's init, then the re-warm) or preserve (an "
+        "identity where possible: the grown network computes the same function at first)",
+    )
     growth_noise: float = opt(
         0.0,
         "with preserve: add this multiple of a new layer's random init to the weights its identity "

@@ -20,7 +20,7 @@ import mlflow
 import pandas as pd
 import torch
 
-from models.growth import stage_exits
+from models.growth import DEFAULT_GROWTH_INIT, stage_exits
 from models.io import save_model
 from models.schedule import apply_event
 from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
@@ -224,10 +224,14 @@ def training_run(
 def default_run_name(variant: str, params: dict[str, str]) -> str:
     """Readable (unique once ``tracked_run`` adds a suffix): the variant and the seed,
     ``static-s0``, ``dynamic-default+tiers-s2``; the pruning that goes with the pacing by
-    default is left out of the name (the variant tag keeps it)."""
+    default is left out of the name (the variant tag keeps it), and a growing run whose new
+    layers do not start as the default says so (``dynamic-default+tiers+preserve-init-s2``)."""
     pacing, prune = params.get("pacing", "none"), float(params.get("prune", 0) or 0)
     if prune and prune == curriculum_pruning(pacing):
         variant = variant.replace(f"+prune{prune:g}", "")
+    init = params.get("growth_init", DEFAULT_GROWTH_INIT)
+    if init != DEFAULT_GROWTH_INIT:
+        variant += f"+{init}-init"
     return f"{variant}-s{params['seed']}"
 
 

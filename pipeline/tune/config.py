@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from models.growth import DEFAULT_GROWTH_INIT
 from pipeline.cli import ConfigError, opt, option_name
 from pipeline.data.config import DataConfig
 from pipeline.training.config import TrainConfig
@@ -21,7 +22,11 @@ SAMPLERS = ("tpe", "random")
 @dataclass(frozen=True)
 class SpaceConfig:
     start_spec: str = opt("minimal", "architecture every trial starts from (name, JSON file or string)")
-    growth_init: str = opt("preserve", "preserve (function-preserving where possible) or random")
+    growth_init: str = opt(
+        DEFAULT_GROWTH_INIT,
+        "what new layers start as: random (a fresh layer's init, then the re-warm) or preserve (an "
+        "identity where possible: the grown network computes the same function at first)",
+    )
     max_events: int = opt(4, "most growth events a trial's schedule may have (0 .. this many)")
     layer_types: str = opt(
         search_space.DEFAULT_LAYER_TYPES, "layer types a growth event may add (comma-separated)"
