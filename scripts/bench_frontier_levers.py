@@ -6,7 +6,9 @@
         docs/results/cifar10/frontier_growth/frontier.json \\
         --output docs/results/cifar10/diet.md
 
-Each ``frontier.json`` is one lever's (``bench_frontier.py --lever``); the static arms are taken
+Each ``frontier.json`` is one lever's (``bench_frontier.py --lever``), or several joined by ``+``
+(one lever's seeds trained apart: they must have trained the same options, older files' read as
+they ran, ``bench_levers.before``; the first names the lever); the static arms are taken
 from the file that trained them (a lever with the same recipe reuses them, so their run ids
 agree). The dynamic arm compared is each file's 12-epoch run (``dynamic-12ep``); static at about
 its FLOPs is the static arm at ``--static-fraction`` of static-12's FLOPs (0.7: 8 whole epochs
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run
 
 from pipeline.report.stats import paired_test
 from scripts.bench_common import points
+from scripts.bench_levers import DYNAMIC_BEFORE, before
 
 DYNAMIC_ARM = "dynamic-12ep"
 TIERS = ("easy", "medium", "hard")
@@ -49,12 +52,39 @@ def _paired(a: dict[int, dict], b: dict[int, dict], key=lambda r: r["test_acc"])
     return f"{test['mean_diff']:+.2f} ({test['ci_low']:+.2f} to {test['ci_high']:+.2f}), n={len(seeds)}"
 
 
+def _trained(entry: dict) -> tuple:
+    """What a file's lever trained: its options with the start of its new layers filled in, and
+    the dynamic choices older files predate; the name alone where a file has no options."""
+    if "options" not in entry:
+        return (entry["name"],)
+    ran = before(entry)
+    recipe, diet, growth, dynamic = entry["options"]
+    growth = {**growth, "growth_init": ran["growth_init"]}
+    return recipe, diet, growth, dynamic, [ran[k] for k in DYNAMIC_BEFORE]
+
+
+def load(argument: str) -> dict:
+    """One lever's results from ``a.json`` or ``a.json+b.json+...``: the runs of all, the rest of
+    the first; files that trained different options, or two runs of one cell, are an error."""
+    parts = [json.loads(Path(path).read_text()) for path in argument.split("+")]
+    for path, part in zip(argument.split("+")[1:], parts[1:]):
+        if _trained(part["lever"]) != _trained(parts[0]["lever"]):
+            name = part["lever"]["name"]
+            raise click.UsageError(f"{path}: lever {name} trained other options than the first file's")
+    cells: dict[tuple, str] = {}
+    for run in (r for part in parts for r in part["runs"]):
+        cell = (run["seed"], run["arm"], run["fraction"])
+        if cells.setdefault(cell, run.get("run_id", "")) != run.get("run_id", ""):
+            raise click.UsageError(f"{argument}: seed {cell[0]} {cell[1]} at {cell[2]:g} is in two files")
+    return {**parts[0], "runs": [r for part in parts for r in part["runs"]]}
+
+
 @click.command()
 @click.argument("files", nargs=-1, required=True)
 @click.option("--static-fraction", default=0.7, show_default=True, help="static at about the dynamic FLOPs")
 @click.option("--output", default="", help="write the Markdown page here too")
 def main(files: tuple[str, ...], static_fraction: float, output: str) -> None:
-    results = [json.loads(Path(f).read_text()) for f in files]
+    results = [load(f) for f in files]
     static_runs = [r for result in results for r in result["runs"] if r["arm"] == "static"]
     static_12 = _arm(static_runs, "static", 1.0)
     static_at = _arm(static_runs, "static", static_fraction)

@@ -52,3 +52,30 @@ def test_levers_are_paired_by_seed_against_the_reference_and_the_static_arms(tmp
     assert "0.600" in growth and "4 of 4 ok" in growth
     hard_row = next(line for line in lines if line.startswith("| growth | +0.00"))
     assert hard_row.endswith("-5.00 (-5.00 to -5.00), n=3 |")
+
+
+def test_one_levers_seeds_trained_apart_are_joined_only_when_they_trained_the_same(tmp_path):
+    def lever(name: str, growth: dict, **recipe) -> dict:
+        dynamic = {"retire_easy": False, "growth_rewarm": 0.05, **recipe}
+        return {"name": name, "options": [{}, {}, growth, {}], **dynamic}
+
+    def write(name: str, entry: dict, seed: int) -> str:
+        runs = [_run(seed, "static", f, 0.78) for f in (1.0, 0.7)] + [_run(seed, "dynamic-12ep", 1.0, 0.75)]
+        for run in runs:
+            run["run_id"] = f"{name}-{seed}-{run['arm']}-{run['fraction']}"
+        content = {**_frontier(name, runs), "lever": entry}
+        path = tmp_path / f"{name}-{seed}.json"
+        path.write_text(json.dumps(content))
+        return str(path)
+
+    identity = write("identity", lever("identity", {"growth_init": "preserve"}, growth_init="preserve"), 1)
+    old_base = write("base", lever("base", {}), 2)  # from before the random start: identities
+    new_base = write("base", lever("base", {}, growth_init="random"), 3)
+    other = write("other", lever("other", {"growth_init": "preserve"}, growth_init="preserve"), 1)
+    result = CliRunner().invoke(main, [f"{identity}+{old_base}"])
+    assert result.exit_code == 0, result.output
+    assert any(line.startswith("| identity | 1-2 | 75.00 / 75.00") for line in result.output.splitlines())
+    result = CliRunner().invoke(main, [f"{identity}+{new_base}"])
+    assert result.exit_code == 2 and "lever base trained other options" in result.output
+    result = CliRunner().invoke(main, [f"{identity}+{other}"])
+    assert result.exit_code == 2 and "seed 1 static at 1 is in two files" in result.output
