@@ -100,14 +100,19 @@ def main(dataset: str, seeds: str, precision: str, lever: str, scores_run: str, 
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-    asked = (lever, dataset, precision)
-    mine = lambda r: (r.get("lever"), r.get("dataset"), r.get("asked_precision")) == asked
+    # What the lever's new layers start as (rows from before the key: identities, as then).
+    init = GrowthConfig(**LEVERS[lever][2]).growth_init
+    asked = (lever, init, dataset, precision)
+    mine = lambda r: (
+        (r.get("lever"), r.get("growth_init", "preserve"), r.get("dataset"), r.get("asked_precision"))
+        == asked
+    )
     seen = {r["seed"] for r in done if mine(r)}
     for seed in seed_list:
         if seed in seen:
             continue
         row = one_run(DataConfig(dataset=dataset), lever, seed, precision, scores_run)
-        row = {"lever": lever, "dataset": dataset, "asked_precision": precision, **row}
+        row = {"lever": lever, "growth_init": init, "dataset": dataset, "asked_precision": precision, **row}
         with out.open("a") as f:
             f.write(json.dumps(row) + "\n")
         done.append(row)
