@@ -2,8 +2,10 @@
 the same cost, against that cost, from ``scripts/bench_frontier.py`` outputs.
 
     .venv/bin/python scripts/plot_growth_advantage.py \\
-        --frontier "default recipe=docs/results/frontier_full.json" \\
-        --frontier "erasing, decay 1e-3=docs/results/frontier_erase_wd_10seeds.json" \\
+        --frontier "Fashion-MNIST, the diet and identity start of its time=docs/results/frontier_full.json" \\
+        --frontier "Fashion-MNIST, erasing, decay 1e-3=docs/results/frontier_erase_wd_10seeds.json" \\
+        --frontier "CIFAR-10, today's default (random start)=\\
+docs/results/cifar10/frontier_random_init_unseen/frontier.json" \\
         --output docs/results/growth_advantage.png
 
 The frontier plots show both arms' accuracy; this one shows only what the study asks, the gap
