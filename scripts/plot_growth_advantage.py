@@ -89,8 +89,8 @@ def plot(lines: list[tuple[str, list[dict]]], path: Path) -> None:
     ax.set_ylabel("dynamic - static, test accuracy points\n(paired by seed, mean and 95% CI)")
     ax.set_title("Where the growing network wins: above 0")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right")
-    fig.savefig(path, dpi=110)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)  # off the data
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
