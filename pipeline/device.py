@@ -51,6 +51,13 @@ def place_model(model: nn.Module, device: torch.device) -> nn.Module:
     return model.to(device=device, memory_format=memory_format_for(device))
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for ``device``'s queued work, so that a clock read next counts it (CUDA runs
+    asynchronously; on the CPU there is nothing to wait for)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def seed_everything(seed: int, deterministic: bool) -> None:
     random.seed(seed)
     np.random.seed(seed)

@@ -41,7 +41,7 @@ from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data, Split
 from pipeline.data.splits import load_data
 from pipeline.data.tiers import TIER_NAMES
-from pipeline.device import pick_device
+from pipeline.device import pick_device, synchronize
 from pipeline.difficulty.scores_table import find_scores_run, load_scores
 from pipeline.precision import autocast, resolve_precision
 from pipeline.run import plots
@@ -123,8 +123,7 @@ def inference_ms_per_example(
         with autocast(precision, x.device):
             for b in range(0, len(x), batch_size):
                 run(x[b : b + batch_size])
-        if x.device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(x.device)
         times.append(time.perf_counter() - start)
     return 1000 * float(np.median(times)) / len(x)
 

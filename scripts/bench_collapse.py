@@ -34,7 +34,7 @@ from pipeline.run.session import RunConfig
 from pipeline.training.config import TrainConfig
 from pipeline.training.loop import DivergenceError
 from scripts.bench_common import REFERENCE_EPOCHS, TUNING_SEEDS, parse_seeds
-from scripts.bench_levers import LEVERS
+from scripts.bench_levers import DYNAMIC_BEFORE, LEVERS
 
 
 def one_run(data_cfg: DataConfig, lever: str, seed: int, precision: str, scores_run: str) -> dict:
@@ -103,10 +103,8 @@ def main(dataset: str, seeds: str, precision: str, lever: str, scores_run: str, 
     # What the lever's new layers start as (rows from before the key: identities, as then).
     init = GrowthConfig(**LEVERS[lever][2]).growth_init
     asked = (lever, init, dataset, precision)
-    mine = lambda r: (
-        (r.get("lever"), r.get("growth_init", "preserve"), r.get("dataset"), r.get("asked_precision"))
-        == asked
-    )
+    recorded_init = lambda r: r.get("growth_init", DYNAMIC_BEFORE["growth_init"])
+    mine = lambda r: (r.get("lever"), recorded_init(r), r.get("dataset"), r.get("asked_precision")) == asked
     seen = {r["seed"] for r in done if mine(r)}
     for seed in seed_list:
         if seed in seen:

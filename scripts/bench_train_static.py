@@ -40,7 +40,7 @@ from models.flops import flops_per_example
 from models.spec import resolve_spec
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
-from pipeline.device import memory_format_for, pick_device, seed_everything
+from pipeline.device import memory_format_for, pick_device, seed_everything, synchronize
 from pipeline.precision import DTYPES, autocast, resolve_precision
 from pipeline.run.session import RunConfig
 from pipeline.train_static import StaticConfig, run
@@ -70,12 +70,6 @@ def bare_loop(data, spec, cfg: TrainConfig, precision: str, device: torch.device
             opt.step()
     synchronize(device)
     return cfg.epochs * len(y) / (time.perf_counter() - start)
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work, so that a clock read after it counts that work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def pipeline_run(data_cfg: DataConfig, cfg: TrainConfig, spec: str, tmp: Path) -> tuple[float, list[float]]:

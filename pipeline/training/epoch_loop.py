@@ -17,7 +17,7 @@ from torch import nn
 from models.builder import SpecNet, count_parameters
 from models.flops import flops_per_example
 from pipeline.data.dataset import Data
-from pipeline.device import place_model
+from pipeline.device import place_model, synchronize
 from pipeline.precision import grad_scaler
 from pipeline.training import health, monitor, timing
 from pipeline.training.average import WeightAverage
@@ -347,7 +347,7 @@ def _budget_allows(
     allowed = meter.allows(done, batch, flops_per_train_example, clock())
     seconds_on_cuda = device.type == "cuda" and meter.budget.unit == "seconds"
     if allowed and seconds_on_cuda and meter.near_end(CUDA_EXACT_SHARE):
-        torch.cuda.synchronize(device)
+        synchronize(device)
         allowed = meter.allows(done, batch, flops_per_train_example, clock())
     return allowed
 

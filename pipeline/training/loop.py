@@ -19,6 +19,7 @@ from tqdm import tqdm
 from models.errors import UserError
 from pipeline.data.augment import augment_batch, mixup_batch
 from pipeline.data.dataset import Split
+from pipeline.device import synchronize
 from pipeline.exits import deep_supervision_loss
 from pipeline.precision import autocast
 
@@ -188,8 +189,7 @@ def train_one_epoch(
         correct += (logits.detach().argmax(1) == counted).sum()
         if (b + 1) % DIVERGENCE_CHECK_EVERY == 0 or b == n_batches - 1:
             _check_finite(losses[: b + 1], epoch, clock.global_step)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    synchronize(device)
     seconds = time.perf_counter() - start
     n = min(len(order), trained * batch_size)
     mean = lambda total: float(total) / n if n else math.nan
