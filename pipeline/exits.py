@@ -35,6 +35,7 @@ from models.schedule import named_schedule
 from models.spec import HEAD_ID, ArchSpec, SpecError, named_layers, validate
 from pipeline.cli import opt
 from pipeline.data.tiers import TIER_NAMES
+from pipeline.device import eval_batch_size
 
 # Candidate thresholds for calibration: every 0.01, then finer toward 1 (1 - 10^-2 .. 1 - 10^-6),
 # where a confident network's accurate thresholds lie. A calibration searches them on cached
@@ -314,9 +315,11 @@ def deep_supervision_loss(outputs: list[torch.Tensor], y: torch.Tensor, weights,
 
 
 @torch.no_grad()
-def all_exit_logits(model: SpecNet, x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
-    """(K+1, N, classes): every exit's logits and the head's, on the CPU."""
+def all_exit_logits(model: SpecNet, x: torch.Tensor, batch_size: int = 0) -> torch.Tensor:
+    """(K+1, N, classes): every exit's logits and the head's, on the CPU (``batch_size`` 0: the
+    device's)."""
     model.eval()
+    batch_size = eval_batch_size(batch_size, x.device)
     parts = [
         torch.stack([o.float() for o in model(x[b : b + batch_size], exits=True)]).cpu()
         for b in range(0, len(x), batch_size)

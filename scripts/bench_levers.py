@@ -186,6 +186,13 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     "growth": ({}, {"pacing": "none", "prune": 0.0}, {}, {}),
     "random": ({}, {"order": "random"}, {}, {}),
     "tiers-noprune": ({}, {"prune": 0.0}, {}, {}),
+    # Issue 35 item 3, the pacing functions of Wu et al. 2021 on CIFAR-10 with the random start
+    # (their defaults: a fifth of the data at the start, all of it from 0.8 of training on),
+    # each beside its random-order control (the same number of examples an epoch, drawn at random).
+    "linear": ({}, {"pacing": "linear"}, {}, {}),
+    "linear-random": ({}, {"pacing": "linear", "order": "random"}, {}, {}),
+    "root": ({}, {"pacing": "root"}, {}, {}),
+    "root-random": ({}, {"pacing": "root", "order": "random"}, {}, {}),
 }
 
 

@@ -9,6 +9,7 @@ import torch
 
 from pipeline.cli import ConfigError
 from pipeline.data.augment import mixup_batch
+from pipeline.device import CPU_EVAL_BATCH, eval_batch_size
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit, learning_rate
 from pipeline.training.loop import (
@@ -17,6 +18,7 @@ from pipeline.training.loop import (
     LossTerms,
     StepRecipe,
     cosine_lr,
+    evaluate_split,
     train_one_epoch,
 )
 from pipeline.training.state import ArchitectureTrace
@@ -126,8 +128,22 @@ def test_mixup_is_the_training_loss(small_data, example_losses):
         ("weight_decay", float("inf"), "--weight-decay must be a finite non-negative number"),
         ("augment", "rotate", "--augment 'rotate'"),
         ("mixup", -0.2, "--mixup must be a non-negative alpha"),
+        ("eval_batch_size", -1, "--eval-batch-size must be positive"),
     ],
 )
 def test_bad_training_options_are_refused(field, value, message):
     with pytest.raises(ConfigError, match=message):
         dataclasses.replace(TrainConfig(), **{field: value}).validate()
+
+
+def test_an_evaluation_pass_takes_the_device_s_batch_unless_told(small_data):
+    """0 (the default) is 128 on the CPU and 1024 on an accelerator; a batch given is kept. The
+    batch changes how fast a pass is, not what it finds."""
+    assert TrainConfig().eval_batch_size == 0
+    assert eval_batch_size(0, torch.device("cpu")) == CPU_EVAL_BATCH == 128
+    assert eval_batch_size(0, torch.device("cuda")) == 1024
+    assert eval_batch_size(40, torch.device("cpu")) == 40
+    model = fresh_state(small_data, CFG).model
+    auto, given = evaluate_split(model, small_data.val), evaluate_split(model, small_data.val, 7)
+    assert torch.equal(auto.predictions, given.predictions)
+    torch.testing.assert_close(auto.per_example_loss, given.per_example_loss, rtol=1e-5, atol=1e-6)

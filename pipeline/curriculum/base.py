@@ -87,7 +87,7 @@ class Curriculum:
         seed: int = 0,
         boundaries: Sequence[int] | None = None,
         self_paced_pacing: str = "linear",
-        eval_batch_size: int = 1024,
+        eval_batch_size: int = 0,
         rejoin: float = 0.0,
         hold_back: float = 0.0,
     ):
@@ -100,8 +100,8 @@ class Curriculum:
         self.hold_back = check_hold_back(hold_back)
         self.self_paced_pacing = self_paced_pacing
         self.eval_batch_size = int(eval_batch_size)
-        if self.eval_batch_size < 1:
-            raise CurriculumError(f"curriculum eval_batch_size={eval_batch_size} must be positive")
+        if self.eval_batch_size < 0:  # 0: the device's
+            raise CurriculumError(f"curriculum eval_batch_size={eval_batch_size} must not be negative")
         self.epochs = check_epochs(epochs)
         self.difficulty = None if difficulty is None else check_difficulty(difficulty)
         self.tiers = None if tiers is None else check_tiers(tiers)

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from pipeline.cli import ConfigError
+from pipeline.device import eval_batch_size
 
 # The EL2N snapshot: after this many epochs of the fold model's own training. Paul et al.
 # score at ~10% of a long run; with 2-3 epoch scoring models the first epoch is that point.
@@ -73,8 +74,10 @@ def parse_scorers(text: str) -> tuple[str, ...]:
 
 
 @torch.no_grad()
-def logits_of(model: nn.Module, x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
-    """(N, C, H, W) -> (N, classes) logits in eval mode, on the CPU."""
+def logits_of(model: nn.Module, x: torch.Tensor, batch_size: int = 0) -> torch.Tensor:
+    """(N, C, H, W) -> (N, classes) logits in eval mode, on the CPU (``batch_size`` 0: the
+    device's)."""
     model.eval()
+    batch_size = eval_batch_size(batch_size, x.device)
     out = [model(x[i : i + batch_size]).float().cpu() for i in range(0, len(x), batch_size)]
     return torch.cat(out) if out else torch.empty(0)

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from models.errors import UserError
 from pipeline.data.augment import augment_batch, mixup_batch
 from pipeline.data.dataset import Split
-from pipeline.device import synchronize
+from pipeline.device import eval_batch_size, synchronize
 from pipeline.exits import deep_supervision_loss
 from pipeline.precision import autocast
 
@@ -278,11 +278,13 @@ class EvalResult:
 
 @torch.no_grad()
 def evaluate_split(
-    model: nn.Module, split: Split, batch_size: int = 1024, precision: str = "fp32"
+    model: nn.Module, split: Split, batch_size: int = 0, precision: str = "fp32"
 ) -> EvalResult:
     """Loss and accuracy of ``model`` on ``split`` in eval mode, with per-example results;
-    forward passes under the autocast of ``precision`` (resolved)."""
+    forward passes under the autocast of ``precision`` (resolved); ``batch_size`` 0: the
+    device's (``pipeline.device.eval_batch_size``)."""
     model.eval()
+    batch_size = eval_batch_size(batch_size, split.x.device)
     losses, preds = [], []
     for start in range(0, len(split), batch_size):
         x = split.x[start : start + batch_size]
