@@ -193,6 +193,9 @@ LEVERS: dict[str, tuple[dict, dict, dict, dict]] = {
     "linear-random": ({}, {"pacing": "linear", "order": "random"}, {}, {}),
     "root": ({}, {"pacing": "root"}, {}, {}),
     "root-random": ({}, {"pacing": "root", "order": "random"}, {}, {}),
+    # Issue 37: validation at the batch it had before the device's own (128 on the CPU) became
+    # the default, to measure the seconds that train side by side.
+    "eval1024": ({"eval_batch_size": 1024}, {}, {}, {}),
 }
 
 
