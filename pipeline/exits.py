@@ -1,5 +1,4 @@
-"""Early exits: the options, deep supervision's weights, threshold calibration on the validation
-split, and what adaptive inference costs and gets on a split. No MLflow inside.
+"""Early exits: options, deep supervision, threshold calibration, adaptive inference's cost. No MLflow.
 
 A network with exits (``ArchSpec.exits``) trains every exit at once (deep supervision, Lee et al.
 2015: loss = head's + sum of weight * exit's), and at inference each example stops at the first
@@ -7,10 +6,9 @@ exit confident enough (``SpecNet.adaptive``; confidence: max softmax or normalis
 ``--exit-confidence``). Thresholds are calibrated on the validation split so that adaptive
 inference stays within ``--exit-acc-loss`` points of the head alone: the lowest shared
 threshold on a fine grid, then each exit's own lowered in turn while the rule holds. The rule
-(``--exit-calibration``) reads the loss either as a one-sided 95% upper confidence bound, so
-that validation noise does not spend the budget, on the whole split and on each difficulty tier
-(``tiers``, the default) or on the whole split only (``bound``), or as the point measured on
-validation (``point``, the earliest rule).
+(``--exit-calibration``) reads the loss as a one-sided 95% upper confidence bound, so that
+validation noise does not spend the budget, on the whole split and each difficulty tier (``tiers``,
+the default) or the whole split only (``bound``), or as the point on validation (``point``).
 """
 
 from __future__ import annotations
@@ -316,8 +314,7 @@ def deep_supervision_loss(outputs: list[torch.Tensor], y: torch.Tensor, weights,
 
 @torch.no_grad()
 def all_exit_logits(model: SpecNet, x: torch.Tensor, batch_size: int = 0) -> torch.Tensor:
-    """(K+1, N, classes): every exit's logits and the head's, on the CPU (``batch_size`` 0: the
-    device's)."""
+    """(K+1, N, classes): every exit's logits and the head's, on the CPU (batch 0: the device's)."""
     model.eval()
     batch_size = eval_batch_size(batch_size, x.device)
     parts = [
