@@ -9,14 +9,16 @@
 #
 # Results go under $OUT (default reports/gpu); runs to $MLFLOW_TRACKING_URI (default a store in
 # /tmp/gpu). Seeds: $SEEDS (default 130,131: never used to choose anything). Fashion-MNIST is read
-# from $GCNN_DATA_CACHE/fashion-mnist when the machine has no copy of its own. SUBSET=N and
-# DEVICE=cpu make a quick dry run of the same commands on a machine without a GPU.
+# from $GCNN_DATA_CACHE/fashion-mnist when the machine has no copy of its own; DATASET=folder:PATH
+# runs the frontier on another dataset (CIFAR-10's archive, say). SUBSET=N and DEVICE=cpu make a
+# quick dry run of the same commands on a machine without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 part=${1:?say step or frontier}
 OUT=${OUT:-reports/gpu}
 SEEDS=${SEEDS:-130,131}
 SUBSET=${SUBSET:-0}
+DATASET=${DATASET:-fashion-mnist}
 DEVICE=${DEVICE:-cuda}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT" /tmp/gpu
@@ -45,7 +47,7 @@ step)
     "$PY" scripts/bench_gpu_runs.py --experiment gpu --output "$OUT/runs.md" | tee "$OUT/runs.log"
     ;;
 frontier)
-    "$PY" scripts/bench_frontier.py --seeds "$SEEDS" --subset "$SUBSET" --fractions 1 \
+    "$PY" scripts/bench_frontier.py --dataset "$DATASET" --seeds "$SEEDS" --subset "$SUBSET" --fractions 1 \
         --dynamic-fractions none --output-dir "$OUT/frontier" 2>&1 | tee "$OUT/frontier.log" | tail -40
     ;;
 *)

@@ -3,6 +3,7 @@ interrupt-then-resume routine the resume tests share."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from pipeline.data.splits import load_data
 from pipeline.device import seed_everything
 from pipeline.run.plan import ExperimentPlan, GrowthConfig
 from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
-from pipeline.training.epoch_loop import fit
+from pipeline.training.epoch_loop import CheckpointPace, fit
 from pipeline.training.state import FitState, new_state
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,7 +91,8 @@ def interrupted_then_resumed(fresh, data, cfg, make_plan, path: Path, crash_afte
         if state.epoch == crash_after:
             raise KeyboardInterrupt
 
+    every_epoch = CheckpointPace(max_share=math.inf)  # these runs' epochs take milliseconds
     with pytest.raises(KeyboardInterrupt):
-        fit(fresh(), data, cfg, make_plan(), checkpoint=checkpoint_then_crash)
+        fit(fresh(), data, cfg, make_plan(), checkpoint=checkpoint_then_crash, checkpoint_pace=every_epoch)
     plan, resume_cfg = make_plan(), resume_cfg or cfg
     return fit(load_checkpoint(path, resume_cfg, plan, torch.device("cpu")), data, resume_cfg, plan)

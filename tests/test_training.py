@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
 
 import pytest
 import torch
@@ -11,7 +13,7 @@ from pipeline.cli import ConfigError
 from pipeline.data.augment import mixup_batch
 from pipeline.device import CPU_EVAL_BATCH, eval_batch_size
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import TrainingPlan, fit, learning_rate
+from pipeline.training.epoch_loop import CheckpointPace, TrainingPlan, fit, learning_rate
 from pipeline.training.loop import (
     DivergenceError,
     EpochClock,
@@ -147,3 +149,34 @@ def test_an_evaluation_pass_takes_the_device_s_batch_unless_told(small_data):
     auto, given = evaluate_split(model, small_data.val), evaluate_split(model, small_data.val, 7)
     assert torch.equal(auto.predictions, given.predictions)
     torch.testing.assert_close(auto.per_example_loss, given.per_example_loss, rtol=1e-5, atol=1e-6)
+
+
+def test_checkpoints_follow_every_epoch_unless_writing_one_is_slow(small_data):
+    cfg = dataclasses.replace(CFG, epochs=4)
+    quick, slow = [], []
+
+    def write_slowly(state, _plan):  # a stalled artifact store: 0.2 s against epochs of milliseconds
+        slow.append(state.epoch)
+        time.sleep(0.2)
+
+    fit(
+        fresh_state(small_data, cfg),
+        small_data,
+        cfg,
+        TrainingPlan(),
+        checkpoint=lambda s, _p: quick.append(s.epoch),
+    )
+    state = fit(fresh_state(small_data, cfg), small_data, cfg, TrainingPlan(), checkpoint=write_slowly)
+    assert slow == [1]  # the first epoch's, then none: the next is due 10 s (50 x 0.2 s) later
+    assert state.time_parts["checkpoint"] == pytest.approx(0.2, abs=0.1)
+    every = CheckpointPace(max_share=math.inf)
+    fit(
+        fresh_state(small_data, cfg),
+        small_data,
+        cfg,
+        TrainingPlan(),
+        checkpoint=write_slowly,
+        checkpoint_pace=every,
+    )
+    assert slow == [1, 1, 2, 3, 4]
+    assert quick[0] == 1 and quick == sorted(set(quick))

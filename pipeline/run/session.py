@@ -1,8 +1,9 @@
 """One training run under MLflow, shared by train_static and train_dynamic.
 
 It loads the data, builds or resumes the training state, runs ``fit`` with per-epoch metrics
-and a checkpoint artifact after every epoch, and logs the final artifacts: the architecture
-trace, learning curves, per-epoch history and the model (safetensors weights + spec).
+and a checkpoint artifact after every epoch (rarer where writing one is slow: ``CheckpointPace``),
+and logs the final artifacts: the architecture trace, learning curves, per-epoch history and the
+model (safetensors weights + spec).
 """
 
 from __future__ import annotations

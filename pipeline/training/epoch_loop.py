@@ -7,9 +7,10 @@ default plan: no growth, every example, every epoch.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -38,6 +39,8 @@ from pipeline.training.state import ArchitectureTrace, FitState
 # The last share of a seconds budget in which, on CUDA, a step is allowed only by the device's
 # clock (one synchronisation per step there): the host runs ahead by at most a few queued steps.
 CUDA_EXACT_SHARE = 0.02
+# The most of a run's seconds its checkpoints may take (``CheckpointPace``).
+CHECKPOINT_SHARE = 0.02
 
 
 class TrainingPlan:
@@ -134,19 +137,22 @@ def fit(
     checkpoint: Callable[[FitState, TrainingPlan], None] | None = None,
     progress_bar: bool = False,
     meter: BudgetMeter | None = None,
+    checkpoint_pace: CheckpointPace | None = None,
 ) -> FitState:
     """Run epochs ``state.epoch .. cfg.epochs-1``; ``data`` must already be on the device.
 
     ``on_epoch(epoch, metrics, state)`` sees every epoch's metrics (logging, pruning);
-    ``checkpoint`` is called after each finished epoch. A ``meter`` (``budget.BudgetMeter``)
-    ends training before a step its FLOPs or seconds budget cannot pay for; with
-    ``--stop-on-collapse`` a run that has died (``health.should_stop``) ends early. With
-    ``--ema-decay``, validation sees the weight average, and at the end the model takes its
-    weights.
+    ``checkpoint`` is called after the first epoch and then as often as ``checkpoint_pace``
+    allows (by default after every epoch unless writing one is slow next to an epoch). A
+    ``meter`` (``budget.BudgetMeter``) ends training before a step its FLOPs or seconds budget
+    cannot pay for; with ``--stop-on-collapse`` a run that has died (``health.should_stop``)
+    ends early. With ``--ema-decay``, validation sees the weight average, and at the end the
+    model takes its weights.
     """
     loop = _EpochLoop(state, data, cfg, plan, val_tiers=val_tiers, meter=meter, progress_bar=progress_bar)
     chance = health.top_share(data.val.y)
     parts = state.time_parts
+    pace = checkpoint_pace or CheckpointPace()
     for epoch in range(state.epoch, cfg.epochs):
         epoch_start = time.perf_counter()
         before = dict(parts)
@@ -164,8 +170,8 @@ def fit(
         if on_epoch is not None:
             with timing.timed(parts, "log"):
                 on_epoch(epoch, metrics, state)
-        if checkpoint is not None:
-            with timing.timed(parts, "checkpoint"):
+        if checkpoint is not None and pace.due():
+            with pace.writing(), timing.timed(parts, "checkpoint"):
                 checkpoint(state, plan)
         if cfg.stop_on_collapse and health.should_stop(state.history, chance):
             state.stop_reason = "collapsed"
@@ -178,6 +184,36 @@ def fit(
     if state.average is not None:  # what was validated is what is logged and evaluated
         state.model.load_state_dict(state.average.model.state_dict())
     return state
+
+
+class CheckpointPace:
+    """When the next checkpoint is written: after the first epoch, then once the run has spent
+    ``1 / max_share`` times the last write's seconds since that write ended (``math.inf``:
+    after every epoch). A checkpoint
+    of the default network takes about a hundredth of a second, so every epoch of a few seconds
+    still gets one; a write that stalls (a slow disk or artifact store: 1.3 s once, beside
+    3-second epochs) is not repeated every epoch, so checkpoints never cost a run more than
+    ``max_share`` of its seconds. A resumed run repeats at most the epochs since its
+    last checkpoint."""
+
+    def __init__(self, max_share: float = CHECKPOINT_SHARE) -> None:
+        self.max_share = max_share
+        self.last_end: float | None = None
+        self.last_s = 0.0
+
+    def due(self) -> bool:
+        if self.last_end is None:
+            return True
+        return time.perf_counter() - self.last_end >= self.last_s / self.max_share
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.last_end = time.perf_counter()
+            self.last_s = self.last_end - start
 
 
 class _EpochLoop:
