@@ -78,11 +78,14 @@ def seed_everything(seed: int, deterministic: bool) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+    # cuDNN's autotuner times its kernels for every input shape it has not met. A step of these
+    # small networks is launch-bound on a GPU, so it finds nothing faster (static's later epochs
+    # took the same time either way), and a growing run meets new shapes at each growth and,
+    # with pruning, a last batch of a new size every epoch: on an H200 the autotuner made the
+    # default growing run's epochs 1.7x as long (docs/results/gpu/cudnn).
+    torch.backends.cudnn.benchmark = False
     if deterministic:
         import os
 
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
-        torch.backends.cudnn.benchmark = False
-    else:
-        torch.backends.cudnn.benchmark = True

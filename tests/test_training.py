@@ -11,7 +11,7 @@ import torch
 
 from pipeline.cli import ConfigError
 from pipeline.data.augment import mixup_batch
-from pipeline.device import CPU_EVAL_BATCH, eval_batch_size
+from pipeline.device import CPU_EVAL_BATCH, eval_batch_size, seed_everything
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import CheckpointPace, TrainingPlan, fit, learning_rate
 from pipeline.training.loop import (
@@ -180,3 +180,12 @@ def test_checkpoints_follow_every_epoch_unless_writing_one_is_slow(small_data):
     )
     assert slow == [1, 1, 2, 3, 4]
     assert quick[0] == 1 and quick == sorted(set(quick))
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_cudnn_never_autotunes(deterministic):
+    """A growing run meets new shapes at each growth and, pruned, a new last batch every epoch:
+    cuDNN's autotuner would time its kernels again for each (docs/results/gpu/cudnn)."""
+    torch.backends.cudnn.benchmark = True
+    seed_everything(0, deterministic)
+    assert torch.backends.cudnn.benchmark is False
