@@ -22,7 +22,7 @@ from pipeline.device import place_model, synchronize
 from pipeline.precision import grad_scaler
 from pipeline.training import health, monitor, timing
 from pipeline.training.average import WeightAverage
-from pipeline.training.budget import BudgetMeter
+from pipeline.training.budget import MAX_EPOCHS, BudgetMeter
 from pipeline.training.config import TrainConfig
 from pipeline.training.loop import (
     EpochClock,
@@ -153,7 +153,10 @@ def fit(
     chance = health.top_share(data.val.y)
     parts = state.time_parts
     pace = checkpoint_pace or CheckpointPace()
-    for epoch in range(state.epoch, cfg.epochs):
+    # A seconds run is ended by its clock, not its plan: past its planned epochs it trains on in
+    # the plan's last state (the final network, every example) until its seconds run out.
+    last = MAX_EPOCHS if _clock_ends(meter) else cfg.epochs
+    for epoch in range(state.epoch, last):
         epoch_start = time.perf_counter()
         before = dict(parts)
         events = loop.grow(epoch)
@@ -236,10 +239,10 @@ class _EpochLoop:
         self.val_tiers, self.meter, self.progress_bar = val_tiers, meter, progress_bar
         self.parts = state.time_parts
         self.lr_at = functools.partial(learning_rate, cfg, state.trace)
-        if meter is not None and meter.budget.unit == "seconds":
+        if _clock_ends(meter):
 
-            def lr_at(steps_progress: float) -> float:  # the schedule follows the clock (budget.py)
-                return learning_rate(cfg, state.trace, max(steps_progress, meter.progress))
+            def lr_at(_steps_progress: float) -> float:  # the schedule follows the clock (budget.py)
+                return learning_rate(cfg, state.trace, meter.progress)
 
             self.lr_at = lr_at
         self.flops = flops_per_example(state.model, data.input_shape)
@@ -287,7 +290,7 @@ class _EpochLoop:
             self.data.train,
             positions,
             StepRecipe.of(cfg, state.precision, self.scaler),
-            EpochClock(self.lr_at, epoch, cfg.epochs, state.global_step, state.generator),
+            EpochClock(self.lr_at, epoch, max(cfg.epochs, epoch + 1), state.global_step, state.generator),
             LossTerms(
                 weights=None if weights is None else weights.to(self.device),
                 example_losses=self.plan.wants_example_losses(epoch),
@@ -368,6 +371,11 @@ class _EpochLoop:
         return metrics
 
 
+def _clock_ends(meter: BudgetMeter | None) -> bool:
+    """Whether a seconds budget, not the planned epochs, ends the run (``budget.py``)."""
+    return meter is not None and meter.budget.unit == "seconds"
+
+
 def _budget_allows(
     meter: BudgetMeter,
     flops_per_train_example: float,
@@ -381,7 +389,7 @@ def _budget_allows(
     clock lets pass is asked again once the device has caught up: the budget is never overrun by
     the queue, and the steps before keep running ahead of the host unhindered."""
     allowed = meter.allows(done, batch, flops_per_train_example, clock())
-    seconds_on_cuda = device.type == "cuda" and meter.budget.unit == "seconds"
+    seconds_on_cuda = device.type == "cuda" and _clock_ends(meter)
     if allowed and seconds_on_cuda and meter.near_end(CUDA_EXACT_SHARE):
         synchronize(device)
         allowed = meter.allows(done, batch, flops_per_train_example, clock())
