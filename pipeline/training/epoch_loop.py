@@ -139,8 +139,7 @@ def fit(
     meter: BudgetMeter | None = None,
     checkpoint_pace: CheckpointPace | None = None,
 ) -> FitState:
-    """Run epochs ``state.epoch .. cfg.epochs-1`` (with a seconds budget, until its clock ends
-    the run, past those epochs if need be); ``data`` must already be on the device.
+    """Run epochs ``state.epoch .. cfg.epochs-1``; ``data`` must already be on the device.
 
     ``on_epoch(epoch, metrics, state)`` sees every epoch's metrics (logging, pruning);
     ``checkpoint`` is called after the first epoch and then as often as ``checkpoint_pace``
@@ -193,11 +192,12 @@ def fit(
 class CheckpointPace:
     """When the next checkpoint is written: after the first epoch, then once the run has spent
     ``1 / max_share`` times the last write's seconds since that write ended (``math.inf``:
-    after every epoch). A checkpoint of the default network takes about a hundredth of a
-    second, so every epoch of a few seconds still gets one; a write that stalls (a slow disk or
-    artifact store: 1.3 s once, beside 3-second epochs) is not repeated every epoch, so
-    checkpoints never cost a run more than ``max_share`` of its seconds. A resumed run repeats
-    at most the epochs since its last checkpoint."""
+    after every epoch). A checkpoint
+    of the default network takes about a hundredth of a second, so every epoch of a few seconds
+    still gets one; a write that stalls (a slow disk or artifact store: 1.3 s once, beside
+    3-second epochs) is not repeated every epoch, so checkpoints never cost a run more than
+    ``max_share`` of its seconds. A resumed run repeats at most the epochs since its
+    last checkpoint."""
 
     def __init__(self, max_share: float = CHECKPOINT_SHARE) -> None:
         self.max_share = max_share
