@@ -10,18 +10,15 @@ import torch
 from models.schedule import named_schedule
 from pipeline import train_dynamic, train_static
 from pipeline.curriculum.config import DynamicCurriculumConfig
-from pipeline.curriculum.strategies import make_curriculum
 from pipeline.data.config import DataConfig
 from pipeline.run.length import scaled_schedule
-from pipeline.run.plan import ExperimentPlan, GrowthConfig
+from pipeline.run.plan import GrowthConfig
 from pipeline.run.session import RunConfig
 from pipeline.train_static import StaticConfig
 from pipeline.training.budget import Budget, BudgetError, BudgetMeter, epochs_for, parse_budget, scale_epoch
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import TrainingPlan, _budget_allows, fit
+from pipeline.training.epoch_loop import _budget_allows
 from pipeline.training.loop import cosine_lr
-from pipeline.training.timing import trained_s
-from tests.conftest import fresh_state
 
 DATA = DataConfig(subset=600)
 QUIET = RunConfig(progress=False)
@@ -199,23 +196,3 @@ def test_off_cuda_a_budget_check_reads_the_clock_once():
     assert _budget_allows(meter, 1.0, torch.device("cpu"), 950, 10, clock)  # 9.6 s, near the end
     assert len(reads) == 1  # the host's clock is the device's: nothing to wait for
     assert not _budget_allows(meter, 1.0, torch.device("cpu"), 950, 60, clock)  # 10.1 s
-
-
-def test_a_seconds_run_faster_than_its_plan_trains_on_until_its_seconds_end(small_data):
-    """Its planned epochs end with seconds left (a machine faster than the run's timing): the
-    clock, not the plan, ends the run, which trains on in the plan's last state (here the
-    curriculum's last epoch) with its rate annealed where the seconds end."""
-    cfg = TrainConfig(epochs=2, batch_size=64, seed=7)
-    timed = fit(fresh_state(small_data, cfg), small_data, cfg, TrainingPlan())
-    budget = 4 * trained_s(timed.time_parts)  # about eight epochs' seconds for a plan of two
-    difficulty = torch.rand(len(small_data.train), generator=torch.Generator().manual_seed(0))
-    curriculum = make_curriculum(difficulty, epochs=cfg.epochs, n=len(small_data.train), pacing="linear")
-    plan = ExperimentPlan(cfg, small_data, curriculum=curriculum)
-    meter = BudgetMeter(Budget("seconds", budget, "eight epochs"))
-    state = fit(fresh_state(small_data, cfg), small_data, cfg, plan, meter=meter)
-    assert len(state.history) > cfg.epochs + 1 and state.stop_reason == "budget"
-    assert 0.9 * budget < trained_s(state.time_parts) <= 1.03 * budget
-    last_planned = curriculum.count(cfg.epochs - 1)
-    assert curriculum.count(0) < last_planned
-    assert {h["train/examples"] for h in state.history[cfg.epochs : -1]} == {last_planned}
-    assert state.history[-1]["train/lr"] < 0.05 * cfg.lr

@@ -156,7 +156,7 @@ class ExperimentPlan(TrainingPlan):
         if self.curriculum is None:
             chosen = torch.arange(len(data.train))
         else:
-            chosen = self.curriculum.positions(self._planned(epoch), model, data)
+            chosen = self.curriculum.positions(epoch, model, data)
         if self.pruner is None:
             return chosen
         kept, self.weights = self.pruner.select(epoch, self.cfg.epochs, chosen)
@@ -178,15 +178,10 @@ class ExperimentPlan(TrainingPlan):
     def growth_epochs(self) -> set[int]:
         return {event.epoch for event in self.events}
 
-    def _planned(self, epoch: int) -> int:
-        """The planned epoch whose curriculum ``epoch`` follows: a seconds run that outlasts its
-        plan (a machine faster than its timing) trains on in the last one's."""
-        return min(epoch, self.cfg.epochs - 1)
-
     def epoch_info(self, epoch: int) -> dict[str, float]:
         info = {"growth/events_applied": float(self.applied)}
         if self.curriculum is not None:
-            info.update(self.curriculum.epoch_info(self._planned(epoch)))
+            info.update(self.curriculum.epoch_info(epoch))
         if self.pruner is not None:
             info["curriculum/pruned_share"] = self.pruner.pruned_share
         return info

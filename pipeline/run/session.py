@@ -296,8 +296,7 @@ def train_and_log(
     seed_everything(cfg.seed, cfg.deterministic)
     mlflow.set_tag("device", str(device))
     with scratch_dir() as tmp:
-        by_clock = length is not None and length.budget.unit == "seconds"
-        state = _first_state(spec, cfg, plan, device, resume_run_id, tmp, by_clock)
+        state = _first_state(spec, cfg, plan, device, resume_run_id, tmp)
         mlflow.set_tag("precision_resolved", state.precision)
         on_device = data.to(device)
         ckpt_path = tmp / "last.pt"
@@ -343,20 +342,14 @@ def train_and_log(
 
 
 def _first_state(
-    spec: ArchSpec,
-    cfg: TrainConfig,
-    plan: TrainingPlan,
-    device: torch.device,
-    resume_run_id: str,
-    tmp: Path,
-    by_clock: bool = False,
+    spec: ArchSpec, cfg: TrainConfig, plan: TrainingPlan, device: torch.device, resume_run_id: str, tmp: Path
 ) -> FitState:
     """A new state of ``spec``, or with ``--resume`` the run's last checkpoint (a finished one
-    leaves nothing to train: an error, unless its seconds budget, ``by_clock``, ends it)."""
+    leaves nothing to train: an error)."""
     if not resume_run_id:
         return new_state(spec, cfg, device)
     state = load_checkpoint(resume_checkpoint(resume_run_id, tmp / "resume"), cfg, plan, device)
-    if state.epoch >= cfg.epochs and not by_clock:
+    if state.epoch >= cfg.epochs:
         raise UpstreamError(
             f"--resume {resume_run_id}: its checkpoint is at epoch {state.epoch}"
             f" of {cfg.epochs}; nothing is left to train"

@@ -23,13 +23,10 @@ run goes (the plan assumes ``PRUNED_SHARE_PLANNED`` of the pruning rate). Second
 planned that well: each spec is timed through the training loop for a few batches first
 (``run_length.seconds_per_example``), a machine's speed drifts, and whole epochs would leave up
 to one unspent. So a seconds run plans one epoch more than fits (``SECONDS_MARGIN_EPOCHS``), its
-learning rate follows its clock (the share of its seconds spent), and its meter ends it where
-the seconds end, in whichever epoch that is: before the planned epochs end on a machine slower
-than its timing, after them on a faster one, where it trains on in the plan's last state (the
-final network, the curriculum's last epoch). It spends its seconds, never more, and its rate has
-annealed there. Growth events and curriculum stages stay at the epochs planned. (The rate used
-to follow whichever was further on, its steps or its clock: a run timed too slow then ended at
-its planned epochs with seconds left, 95.9% spent once on full Fashion-MNIST.)
+learning rate follows whichever is further on, its steps or its clock (the share of its seconds
+spent), and its meter ends it where the seconds end, in whichever epoch that is: it spends its
+seconds, never more, and its rate has annealed there. Growth events and curriculum stages stay
+at the epochs planned.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from pipeline.device import place_model, synchronize
 from pipeline.precision import grad_scaler
 from pipeline.training import health, monitor, timing
 from pipeline.training.average import WeightAverage
-from pipeline.training.budget import MAX_EPOCHS, BudgetMeter
+from pipeline.training.budget import BudgetMeter
 from pipeline.training.config import TrainConfig
 from pipeline.training.loop import (
     EpochClock,
@@ -153,10 +153,7 @@ def fit(
     chance = health.top_share(data.val.y)
     parts = state.time_parts
     pace = checkpoint_pace or CheckpointPace()
-    # A seconds run is ended by its clock, not its plan: past its planned epochs it trains on in
-    # the plan's last state (the final network, every example) until its seconds run out.
-    last = MAX_EPOCHS if _clock_ends(meter) else cfg.epochs
-    for epoch in range(state.epoch, last):
+    for epoch in range(state.epoch, cfg.epochs):
         epoch_start = time.perf_counter()
         before = dict(parts)
         events = loop.grow(epoch)
@@ -192,12 +189,11 @@ def fit(
 class CheckpointPace:
     """When the next checkpoint is written: after the first epoch, then once the run has spent
     ``1 / max_share`` times the last write's seconds since that write ended (``math.inf``:
-    after every epoch). A checkpoint
-    of the default network takes about a hundredth of a second, so every epoch of a few seconds
-    still gets one; a write that stalls (a slow disk or artifact store: 1.3 s once, beside
-    3-second epochs) is not repeated every epoch, so checkpoints never cost a run more than
-    ``max_share`` of its seconds. A resumed run repeats at most the epochs since its
-    last checkpoint."""
+    after every epoch). A checkpoint of the default network takes about a hundredth of a
+    second, so every epoch of a few seconds still gets one; a write that stalls (a slow disk or
+    artifact store: 1.3 s once, beside 3-second epochs) is not repeated every epoch, so
+    checkpoints never cost a run more than ``max_share`` of its seconds. A resumed run repeats
+    at most the epochs since its last checkpoint."""
 
     def __init__(self, max_share: float = CHECKPOINT_SHARE) -> None:
         self.max_share = max_share
@@ -239,10 +235,10 @@ class _EpochLoop:
         self.val_tiers, self.meter, self.progress_bar = val_tiers, meter, progress_bar
         self.parts = state.time_parts
         self.lr_at = functools.partial(learning_rate, cfg, state.trace)
-        if _clock_ends(meter):
+        if meter is not None and meter.budget.unit == "seconds":
 
-            def lr_at(_steps_progress: float) -> float:  # the schedule follows the clock (budget.py)
-                return learning_rate(cfg, state.trace, meter.progress)
+            def lr_at(steps_progress: float) -> float:  # the schedule follows the clock (budget.py)
+                return learning_rate(cfg, state.trace, max(steps_progress, meter.progress))
 
             self.lr_at = lr_at
         self.flops = flops_per_example(state.model, data.input_shape)
@@ -290,7 +286,7 @@ class _EpochLoop:
             self.data.train,
             positions,
             StepRecipe.of(cfg, state.precision, self.scaler),
-            EpochClock(self.lr_at, epoch, max(cfg.epochs, epoch + 1), state.global_step, state.generator),
+            EpochClock(self.lr_at, epoch, cfg.epochs, state.global_step, state.generator),
             LossTerms(
                 weights=None if weights is None else weights.to(self.device),
                 example_losses=self.plan.wants_example_losses(epoch),
@@ -371,11 +367,6 @@ class _EpochLoop:
         return metrics
 
 
-def _clock_ends(meter: BudgetMeter | None) -> bool:
-    """Whether a seconds budget, not the planned epochs, ends the run (``budget.py``)."""
-    return meter is not None and meter.budget.unit == "seconds"
-
-
 def _budget_allows(
     meter: BudgetMeter,
     flops_per_train_example: float,
@@ -389,7 +380,7 @@ def _budget_allows(
     clock lets pass is asked again once the device has caught up: the budget is never overrun by
     the queue, and the steps before keep running ahead of the host unhindered."""
     allowed = meter.allows(done, batch, flops_per_train_example, clock())
-    seconds_on_cuda = device.type == "cuda" and _clock_ends(meter)
+    seconds_on_cuda = device.type == "cuda" and meter.budget.unit == "seconds"
     if allowed and seconds_on_cuda and meter.near_end(CUDA_EXACT_SHARE):
         synchronize(device)
         allowed = meter.allows(done, batch, flops_per_train_example, clock())
