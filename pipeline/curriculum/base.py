@@ -164,6 +164,15 @@ class Curriculum:
             )
         return torch.from_numpy(self._choose(epoch, model, data)).long()
 
+    def stage_of(self, epoch: int) -> dict:
+        """What ``epoch`` trains on, by stage and size: two plans alike here chose alike."""
+        return {"count": self.count(epoch), **self._stage_info(epoch)}
+
+    def continue_from(self, earlier: Curriculum) -> None:
+        """Go on from ``earlier``, the run's plan before it re-planned its epochs: what its
+        self-paced epochs used."""
+        self._used = dict(earlier._used)
+
     # --- reporting -------------------------------------------------------------------------
 
     def _stage_info(self, epoch: int) -> dict:

@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import functools
 import json
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,6 +51,8 @@ class RunLength:
     events: list[GrowthEvent]
     final: ArchSpec
     setup: object  # the CurriculumSetup built for these epochs
+    # a seconds run's re-planning from its measured epochs (None for other budgets)
+    planner: SecondsPlanner | None = None
 
     @property
     def epochs(self) -> int:
@@ -60,7 +63,7 @@ class RunLength:
         return {"budget_resolved": self.budget.describe(), "planned_epochs": str(self.epochs)}
 
     def meter(self) -> BudgetMeter | None:
-        return None if self.budget.unit == "epochs" else BudgetMeter(self.budget)
+        return None if self.budget.unit == "epochs" else BudgetMeter(self.budget, planner=self.planner)
 
 
 def static_training_flops(spec: ArchSpec, data: Data, epochs: int) -> float:
@@ -148,7 +151,80 @@ def resolve_run_length(
         if budget.unit == "seconds":  # the clock, not the plan, ends it (pipeline/training/budget.py)
             epochs = min(MAX_EPOCHS, epochs + SECONDS_MARGIN_EPOCHS)
     cfg, events, final, setup = built(epochs)
-    return RunLength(budget, cfg, events, final, setup)
+    planner = None
+    if budget.unit == "seconds":
+        planner = SecondsPlanner(built, start, len(data.train), cost_per_example)
+    return RunLength(budget, cfg, events, final, setup, planner)
+
+
+# How many of a run's latest epochs its planner reads a rate from: their median, so that one
+# epoch slowed by something else on the machine does not move the plan (the tiny test runs'
+# 0.1-second epochs made a one-epoch rate swing the plan by a fifth, back and forth).
+RECENT_EPOCHS = 3
+
+
+@dataclass
+class SecondsPlanner:
+    """How many epochs the seconds a run has left still buy, from its own measured epochs: a
+    seconds run's plan is first made from a few timed batches of each network, which can be
+    off by a tenth (CIFAR-10 seed 170 planned 21 epochs where 24 fitted, and ended with 14% of
+    its seconds unspent), so after every epoch it asks again (``pipeline/training/replan.py``).
+
+    A network the run has trained costs what its latest epochs measured per example (the
+    median of the last ``RECENT_EPOCHS``); one it has not trained yet costs its timing scaled as
+    the latest epochs' timing was off (the machine's speed moves every network alike); every
+    epoch adds the median of what earlier epochs trained outside their steps (the diet's
+    bookkeeping, growth)."""
+
+    built: Callable[[int], tuple]  # (cfg, events, final, setup) of a plan of E epochs
+    start: ArchSpec
+    n_train: int
+    timed: Callable[[ArchSpec], float]  # seconds per example from the timing before training
+    measured: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # per spec, per epoch
+    scales: list[float] = dataclasses.field(default_factory=list)  # per epoch: measured / timed
+    overheads: list[float] = dataclasses.field(default_factory=list)  # per epoch: outside the steps
+
+    def pieces(self, epochs: int) -> tuple[list[GrowthEvent], object]:
+        """The growth events and curriculum setup of a plan of ``epochs`` epochs."""
+        _cfg, events, _final, setup = self.built(epochs)
+        return events, setup
+
+    def record(self, epoch: int, epochs: int, seconds_per_example: float, overhead_s: float) -> None:
+        """What epoch ``epoch`` of a plan of ``epochs`` measured: its steps' seconds per example
+        and the seconds it trained outside them."""
+        spec = spec_at_epoch(self.start, self.pieces(epochs)[0], epoch)
+        self.measured.setdefault(spec.to_json(), []).append(seconds_per_example)
+        self.scales.append(seconds_per_example / self.timed(spec))
+        self.overheads.append(overhead_s)
+
+    def rate(self, spec: ArchSpec) -> float:
+        """The seconds per example ``spec`` is expected to train at from here on."""
+        measured = self.measured.get(spec.to_json())
+        if measured:
+            return statistics.median(measured[-RECENT_EPOCHS:])
+        scale = statistics.median(self.scales[-RECENT_EPOCHS:]) if self.scales else 1.0
+        return scale * self.timed(spec)
+
+    def epochs_fitting(self, next_epoch: int, seconds_left: float, guess: int) -> int:
+        """The most epochs E such that epochs ``next_epoch`` .. E-1 of a plan of E epochs fit
+        ``seconds_left`` (``next_epoch`` itself: not even the next epoch fits), searched from
+        ``guess`` (the plan's epochs less its margin: usually a step or two away)."""
+        overhead = statistics.median(self.overheads) if self.overheads else 0.0
+
+        def rest(epochs: int) -> float:
+            events, setup = self.pieces(epochs)
+            total = 0.0
+            for epoch in range(next_epoch, epochs):
+                rate = self.rate(spec_at_epoch(self.start, events, epoch))
+                total += _examples(setup, epoch, epochs, self.n_train) * rate + overhead
+            return total
+
+        epochs = max(next_epoch, min(guess, MAX_EPOCHS))
+        while epochs > next_epoch and rest(epochs) > seconds_left:
+            epochs -= 1
+        while epochs < MAX_EPOCHS and rest(epochs + 1) <= seconds_left:
+            epochs += 1
+        return epochs
 
 
 def _examples(setup, epoch: int, epochs: int, n_train: int) -> float:

@@ -9,6 +9,7 @@ data order and model growth can be compared separately. No MLflow inside.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import asdict, dataclass
 
@@ -178,6 +179,41 @@ class ExperimentPlan(TrainingPlan):
     def growth_epochs(self) -> set[int]:
         return {event.epoch for event in self.events}
 
+    def replan(self, last_epoch: int, epochs: int, events: list[GrowthEvent], setup) -> bool:
+        if not self._agrees(last_epoch, epochs, events, setup):
+            return False
+        self.adopt(epochs, events, setup)
+        return True
+
+    def _agrees(self, epoch: int, epochs: int, events: list[GrowthEvent], setup) -> bool:
+        """Whether a plan of ``epochs`` epochs had at ``epoch`` what this one had: the same
+        growth events due, the same curriculum stage and size, pruning alike (and alike wanting
+        the epoch's losses), so that taking it from the next epoch on moves nothing back."""
+        if sum(e.epoch <= epoch for e in events) != sum(e.epoch <= epoch for e in self.events):
+            return False
+        mine, theirs = self.curriculum, setup.curriculum
+        if (mine is None) != (theirs is None) or (mine and mine.stage_of(epoch) != theirs.stage_of(epoch)):
+            return False
+        if self.pruner is None or setup.pruner is None:
+            return self.pruner is setup.pruner
+        return all(
+            getattr(self.pruner, ask)(epoch, self.cfg.epochs) == getattr(setup.pruner, ask)(epoch, epochs)
+            for ask in ("active", "needs_losses")
+        )
+
+    def adopt(self, epochs: int, events: list[GrowthEvent], setup) -> None:
+        """Go on as a plan of ``epochs`` epochs with these growth events and curriculum setup,
+        keeping what the run has gathered (pruning's losses, what self-paced epochs used)."""
+        placed = lambda evs: [dataclasses.replace(e, epoch=0) for e in evs]
+        if placed(events) != placed(self.events):
+            raise RuntimeError("a re-planned run must grow by the same events, at other epochs only")
+        if self.curriculum is not None:
+            setup.curriculum.continue_from(self.curriculum)
+        if self.pruner is not None:
+            setup.pruner.load_state_dict(self.pruner.state_dict())
+        self.cfg = dataclasses.replace(self.cfg, epochs=epochs)
+        self.events, self.curriculum, self.pruner = list(events), setup.curriculum, setup.pruner
+
     def epoch_info(self, epoch: int) -> dict[str, float]:
         info = {"growth/events_applied": float(self.applied)}
         if self.curriculum is not None:
@@ -211,6 +247,7 @@ class ExperimentPlan(TrainingPlan):
     def to_dict(self) -> dict:
         return {
             "kind": "dynamic" if self.events else "static",
+            "epochs": self.cfg.epochs,  # as last planned: a seconds run re-plans as it trains
             "growth": asdict(self.growth) if self.events else None,
             "schedule": schedule_to_json(self.events) if self.events else None,
             "curriculum": self.curriculum.to_dict() if self.curriculum else {"pacing": "none"},

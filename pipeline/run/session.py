@@ -296,7 +296,7 @@ def train_and_log(
     seed_everything(cfg.seed, cfg.deterministic)
     mlflow.set_tag("device", str(device))
     with scratch_dir() as tmp:
-        state = _first_state(spec, cfg, plan, device, resume_run_id, tmp)
+        state = _first_state(spec, cfg, plan, device, resume_run_id, tmp, length)
         mlflow.set_tag("precision_resolved", state.precision)
         on_device = data.to(device)
         ckpt_path = tmp / "last.pt"
@@ -342,17 +342,30 @@ def train_and_log(
 
 
 def _first_state(
-    spec: ArchSpec, cfg: TrainConfig, plan: TrainingPlan, device: torch.device, resume_run_id: str, tmp: Path
+    spec: ArchSpec,
+    cfg: TrainConfig,
+    plan: TrainingPlan,
+    device: torch.device,
+    resume_run_id: str,
+    tmp: Path,
+    length: RunLength | None,
 ) -> FitState:
-    """A new state of ``spec``, or with ``--resume`` the run's last checkpoint (a finished one
-    leaves nothing to train: an error)."""
+    """A new state of ``spec``, or with ``--resume`` the run's last checkpoint, with the plan it
+    had re-planned to (a finished one leaves nothing to train: an error)."""
     if not resume_run_id:
         return new_state(spec, cfg, device)
-    state = load_checkpoint(resume_checkpoint(resume_run_id, tmp / "resume"), cfg, plan, device)
-    if state.epoch >= cfg.epochs:
+    planner = length.planner if length is not None else None
+
+    def replan(epochs: int) -> None:
+        plan.adopt(epochs, *planner.pieces(epochs))
+
+    path = resume_checkpoint(resume_run_id, tmp / "resume")
+    state = load_checkpoint(path, cfg, plan, device, replan if planner is not None else None)
+    epochs = state.progress.epochs if state.progress is not None else cfg.epochs
+    if state.epoch >= epochs:
         raise UpstreamError(
             f"--resume {resume_run_id}: its checkpoint is at epoch {state.epoch}"
-            f" of {cfg.epochs}; nothing is left to train"
+            f" of {epochs}; nothing is left to train"
         )
     return state
 

@@ -25,8 +25,9 @@ planned that well: each spec is timed through the training loop for a few batche
 to one unspent. So a seconds run plans one epoch more than fits (``SECONDS_MARGIN_EPOCHS``), its
 learning rate follows whichever is further on, its steps or its clock (the share of its seconds
 spent), and its meter ends it where the seconds end, in whichever epoch that is: it spends its
-seconds, never more, and its rate has annealed there. Growth events and curriculum stages stay
-at the epochs planned.
+seconds, never more, and its rate has annealed there. And after every epoch it plans again from
+its own measured epochs (``pipeline/training/replan.py``): a timing that planned too few epochs
+would otherwise end the run, its rate annealed, with seconds left.
 """
 
 from __future__ import annotations
@@ -151,6 +152,8 @@ class BudgetMeter:
     progress: float = 0.0
     # the cost the last check predicted, the next step included
     last_cost: float = 0.0
+    # a seconds run's re-planning from its measured epochs (``run_length.SecondsPlanner``)
+    planner: object | None = None
 
     def allows(self, examples_done: int, next_batch: int, flops_per_example: float, elapsed_s: float) -> bool:
         if self.budget.unit == "flops":

@@ -4,6 +4,7 @@ resumed run continues bit-exactly."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from pipeline.precision import PrecisionError, resolve_precision
 from pipeline.training.average import WeightAverage
 from pipeline.training.config import TrainConfig, grown_parameters, make_optimizer
 from pipeline.training.epoch_loop import TrainingPlan
-from pipeline.training.state import ArchitectureTrace, FitState
+from pipeline.training.state import ArchitectureTrace, FitState, RunProgress
 
 CHECKPOINT_FORMAT = 1
 
@@ -45,6 +46,7 @@ def checkpoint_dict(state: FitState, plan: TrainingPlan, cfg: TrainConfig) -> di
         "rng_data": state.generator.get_state(),
         "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         "average": {} if state.average is None else state.average.state_dict(),
+        "progress": json.dumps(state.progress.to_dict() if state.progress is not None else None),
     }
 
 
@@ -60,8 +62,18 @@ class CheckpointError(UserError):
     """A checkpoint that is missing, truncated or does not fit."""
 
 
-def load_checkpoint(path: Path, cfg: TrainConfig, plan: TrainingPlan, device: torch.device) -> FitState:
-    """Rebuild the whole training state from a checkpoint; never unpickles arbitrary objects."""
+def load_checkpoint(
+    path: Path,
+    cfg: TrainConfig,
+    plan: TrainingPlan,
+    device: torch.device,
+    replan: Callable[[int], None] | None = None,
+) -> FitState:
+    """Rebuild the whole training state from a checkpoint; never unpickles arbitrary objects.
+
+    A seconds run that re-planned its epochs as it trained (``pipeline/training/replan.py``)
+    goes on with the plan it had then: ``replan(epochs)`` gives ``plan`` that many epochs
+    before the plan's own state is loaded."""
     from models.io import ModelFileError, check_state_matches
 
     if not path.is_file():
@@ -85,6 +97,15 @@ def load_checkpoint(path: Path, cfg: TrainConfig, plan: TrainingPlan, device: to
     optimizer = make_optimizer(model, cfg, ckpt.get("grown_parameters", ()))
     optimizer.load_state_dict(ckpt["optimizer"])
     precision = _resumed_precision(str(ckpt.get("precision", "fp32")), cfg, device, path)
+    saved = json.loads(ckpt.get("progress", "null"))  # older checkpoints: the run never re-planned
+    progress = RunProgress.from_dict(saved) if saved is not None else None
+    if progress is not None and progress.epochs != cfg.epochs:
+        if replan is None:
+            raise CheckpointError(
+                f"checkpoint {path} re-planned its run to {progress.epochs} epochs, "
+                f"this run plans {cfg.epochs} and cannot re-plan"
+            )
+        replan(progress.epochs)
     plan.load_state_dict(json.loads(ckpt["plan"]))
     plan.load_tensor_state(ckpt.get("plan_tensors", {}))
     torch.set_rng_state(ckpt["rng_torch"])
@@ -112,6 +133,7 @@ def load_checkpoint(path: Path, cfg: TrainConfig, plan: TrainingPlan, device: to
         generator=generator,
         precision=precision,
         average=average,
+        progress=progress,
     )
 
 

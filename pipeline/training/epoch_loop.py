@@ -34,7 +34,8 @@ from pipeline.training.loop import (
     train_one_epoch,
 )
 from pipeline.training.metrics import exit_accuracies, noise_metrics, noise_probe_positions, tier_accuracies
-from pipeline.training.state import ArchitectureTrace, FitState
+from pipeline.training.replan import replan_after
+from pipeline.training.state import ArchitectureTrace, FitState, RunProgress
 
 # The last share of a seconds budget in which, on CUDA, a step is allowed only by the device's
 # clock (one synchronisation per step there): the host runs ahead by at most a few queued steps.
@@ -91,6 +92,12 @@ class TrainingPlan:
         """The epochs a growth event is scheduled at (validation reads the whole split around them)."""
         return set()
 
+    def replan(self, last_epoch: int, epochs: int, events: list, setup: object) -> bool:
+        """Take a plan of ``epochs`` epochs (its growth ``events`` and curriculum ``setup``) from
+        the epoch after ``last_epoch`` on, if it agrees with this one at ``last_epoch``
+        (``pipeline/training/replan.py``); True when taken. Static training places nothing."""
+        return True
+
     def epoch_info(self, epoch: int) -> dict[str, float]:
         """Extra per-epoch metrics, e.g. the share of data in use."""
         return {}
@@ -115,12 +122,14 @@ class TrainingPlan:
 
 def learning_rate(cfg: TrainConfig, trace: ArchitectureTrace, progress: float) -> float:
     """The cosine schedule's rate at ``progress``; with ``--growth-rewarm w``, the rate after
-    each growth event (at its epoch's start) climbs linearly from near zero back to the
-    schedule's over a fraction ``w`` of training, so the new layers' first steps do not
-    take the full rate."""
+    each growth event climbs linearly from near zero back to the schedule's over a fraction
+    ``w`` of training, so the new layers' first steps do not take the full rate. It climbs from
+    the progress the growth happened at (recorded with the event: a seconds run's plan and
+    clock can place it elsewhere than its epoch over ``cfg.epochs``, which events recorded
+    before that was kept fall back to)."""
     lr = cosine_lr(cfg.lr, progress, cfg.warmup)
     if cfg.growth_rewarm > 0:
-        for grown_at in {event["epoch"] / cfg.epochs for event in trace.events}:
+        for grown_at in {event.get("progress", event["epoch"] / cfg.epochs) for event in trace.events}:
             if grown_at <= progress < grown_at + cfg.growth_rewarm:
                 lr *= (progress - grown_at + 1e-3) / cfg.growth_rewarm
     return lr
@@ -149,11 +158,14 @@ def fit(
     ends early. With ``--ema-decay``, validation sees the weight average, and at the end the
     model takes its weights.
     """
+    state.progress = state.progress or RunProgress(cfg.epochs)
     loop = _EpochLoop(state, data, cfg, plan, val_tiers=val_tiers, meter=meter, progress_bar=progress_bar)
     chance = health.top_share(data.val.y)
     parts = state.time_parts
     pace = checkpoint_pace or CheckpointPace()
-    for epoch in range(state.epoch, cfg.epochs):
+    state.stop_reason = "epochs"
+    while state.epoch < state.progress.epochs:  # a seconds run may re-plan them as it goes
+        epoch = state.epoch
         epoch_start = time.perf_counter()
         before = dict(parts)
         events = loop.grow(epoch)
@@ -161,7 +173,7 @@ def fit(
         if stats.examples == 0:  # the budget could not pay for a single step of this epoch
             state.stop_reason = "budget"
             break
-        loop.after_training(stats, before)
+        loop.after_training(epoch, stats, before)
         metrics = loop.validate(epoch, events, stats, positions, epoch_start)
         metrics.update(timing.epoch_metrics(before, parts))
         state.history.append({"epoch": epoch, **metrics})
@@ -179,8 +191,6 @@ def fit(
         if meter is not None and meter.exhausted:
             state.stop_reason = "budget"
             break
-    else:
-        state.stop_reason = "epochs"
     if state.average is not None:  # what was validated is what is logged and evaluated
         state.model.load_state_dict(state.average.model.state_dict())
     return state
@@ -234,13 +244,7 @@ class _EpochLoop:
         self.state, self.data, self.cfg, self.plan = state, data, cfg, plan
         self.val_tiers, self.meter, self.progress_bar = val_tiers, meter, progress_bar
         self.parts = state.time_parts
-        self.lr_at = functools.partial(learning_rate, cfg, state.trace)
-        if meter is not None and meter.budget.unit == "seconds":
-
-            def lr_at(steps_progress: float) -> float:  # the schedule follows the clock (budget.py)
-                return learning_rate(cfg, state.trace, max(steps_progress, meter.progress))
-
-            self.lr_at = lr_at
+        self.seconds = meter if meter is not None and meter.budget.unit == "seconds" else None
         self.flops = flops_per_example(state.model, data.input_shape)
         self.device = data.train.x.device
         self.scaler = grad_scaler(state.precision, self.device)
@@ -250,8 +254,21 @@ class _EpochLoop:
         if cfg.ema_decay > 0 and state.average is None:
             state.average = WeightAverage(state.model, cfg.ema_decay)
         self.val_order = monitor.sample_order(data.val.y)
-        # Validation reads the whole split around each growth event and at the end.
-        self.watched = {e + d for e in plan.growth_epochs() for d in (-1, 0)} | {cfg.epochs - 1}
+        self.watched = self._watched()
+
+    def _watched(self) -> set[int]:
+        """The epochs whose validation reads the whole split: around each growth event, the last."""
+        growth = {e + d for e in self.plan.growth_epochs() for d in (-1, 0)}
+        return growth | {self.state.progress.epochs - 1}
+
+    def lr_at(self, share: float) -> float:
+        """The rate at ``share`` of the planned epochs trained: at the run's progress there
+        (``RunProgress``), or for a seconds run at the share of its seconds spent where that is
+        further on (the schedule follows the clock: budget.py)."""
+        progress = self.state.progress.at(share)
+        if self.seconds is not None:
+            progress = max(progress, self.seconds.progress)
+        return learning_rate(self.cfg, self.state.trace, progress)
 
     def grow(self, epoch: int) -> list[dict]:
         """The plan's growth before ``epoch``: the new model and optimizer; its events."""
@@ -265,8 +282,16 @@ class _EpochLoop:
             if state.average is not None:  # the old shape's average cannot follow the new one
                 state.average = WeightAverage(model, state.average.decay)
         state.model, state.optimizer = model, optimizer
+        grown_at = self.lr_progress(epoch)
+        for event in events:  # where the re-warm starts (learning_rate)
+            event["progress"] = grown_at
         state.trace.events.extend(events)
         return events
+
+    def lr_progress(self, epoch: int) -> float:
+        """The progress the learning rate is at as ``epoch`` begins."""
+        progress = self.state.progress.at(epoch / self.state.progress.epochs)
+        return max(progress, self.seconds.progress) if self.seconds is not None else progress
 
     def train(self, epoch: int) -> tuple[torch.Tensor, EpochStats]:
         """The epoch's examples (the plan's diet) and one pass of training steps over them."""
@@ -286,7 +311,7 @@ class _EpochLoop:
             self.data.train,
             positions,
             StepRecipe.of(cfg, state.precision, self.scaler),
-            EpochClock(self.lr_at, epoch, cfg.epochs, state.global_step, state.generator),
+            EpochClock(self.lr_at, epoch, state.progress.epochs, state.global_step, state.generator),
             LossTerms(
                 weights=None if weights is None else weights.to(self.device),
                 example_losses=self.plan.wants_example_losses(epoch),
@@ -299,8 +324,9 @@ class _EpochLoop:
         self.parts["train"] = self.parts.get("train", 0.0) + time.perf_counter() - train_start
         return positions, stats
 
-    def after_training(self, stats: EpochStats, before: dict[str, float]) -> None:
-        """The plan sees the examples' losses; a seconds budget settles what the epoch spent."""
+    def after_training(self, epoch: int, stats: EpochStats, before: dict[str, float]) -> None:
+        """The plan sees the examples' losses; a seconds budget settles what the epoch spent
+        and re-plans the run's epochs from it (``replan.py``)."""
         if stats.losses is not None:
             with timing.timed(self.parts, "diet"):
                 self.plan.record_losses(stats.order, stats.losses)
@@ -312,6 +338,9 @@ class _EpochLoop:
             meter.reserve_s = timing.trained_s(self.parts) - timing.trained_s(before) - stats.seconds
             meter.spent = timing.trained_s(self.parts)
             meter.allows(0, self.cfg.batch_size, self.flops["train"], 0.0)
+            with timing.timed(self.parts, "plan"):
+                if replan_after(epoch, stats, meter, self.plan, self.state.progress):
+                    self.watched = self._watched()
 
     def validate(
         self, epoch: int, events: list[dict], stats: EpochStats, positions: torch.Tensor, epoch_start: float
@@ -356,6 +385,8 @@ class _EpochLoop:
             "train/flops_cumulative": state.cumulative_train_flops,
             **self.plan.epoch_info(epoch),
         }
+        if self.seconds is not None:  # as planned after this epoch (replan.py)
+            metrics["budget/planned_epochs"] = state.progress.epochs
         with timing.timed(self.parts, "probe"):
             if state.model.spec.exits:  # outside the epoch's time too: a probe of each exit
                 probed = state.model if state.average is None else state.average.model

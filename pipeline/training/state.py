@@ -48,6 +48,42 @@ class ArchitectureTrace:
 
 
 @dataclass
+class RunProgress:
+    """How far through its schedule a run is (0 to 1: what the learning rate follows), as a
+    function of the share of its planned ``epochs`` trained. A run of fixed length goes
+    straight from 0 to 1; a seconds run that re-plans its length while it trains
+    (``pipeline/training/replan.py``) keeps the progress it had reached at the epoch it
+    re-planned at (``anchor_epoch``, ``anchor_progress``) and spreads the rest over its new
+    epochs, so its rate goes on from where it was rather than jumping."""
+
+    epochs: int
+    anchor_epoch: int = 0
+    anchor_progress: float = 0.0
+
+    def at(self, share: float) -> float:
+        """The progress at ``share`` of the planned epochs trained (epoch + share of its steps,
+        over ``epochs``); exactly ``share`` for a run that never re-planned."""
+        start = self.anchor_epoch / self.epochs
+        return self.anchor_progress + (1 - self.anchor_progress) * (share - start) / (1 - start)
+
+    def replan(self, next_epoch: int, epochs: int) -> None:
+        """From ``next_epoch`` on, the run plans ``epochs`` epochs."""
+        self.anchor_progress = self.at(next_epoch / self.epochs)
+        self.anchor_epoch, self.epochs = next_epoch, epochs
+
+    def to_dict(self) -> dict:
+        return {
+            "epochs": self.epochs,
+            "anchor_epoch": self.anchor_epoch,
+            "anchor_progress": self.anchor_progress,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunProgress:
+        return cls(int(data["epochs"]), int(data["anchor_epoch"]), float(data["anchor_progress"]))
+
+
+@dataclass
 class FitState:
     """Everything needed to continue training exactly where it stopped."""
 
@@ -66,6 +102,9 @@ class FitState:
     average: WeightAverage | None = None  # with --ema-decay: the averaged weights
     # cumulative seconds per part of the epoch loop (pipeline/training/timing.py)
     time_parts: dict[str, float] = field(default_factory=dict)
+    # the run's planned epochs and schedule progress; None until ``fit`` starts it from the
+    # config (a seconds run may re-plan its epochs as it trains)
+    progress: RunProgress | None = None
 
 
 def new_state(spec: ArchSpec, cfg: TrainConfig, device: torch.device) -> FitState:

@@ -1,12 +1,13 @@
 """Where a run's seconds go, part by part, and which of them trained.
 
 Seconds that train are the method's own work: the training step, growth (new layers, their
-calibration, the optimizer rebuilt) and the data diet's bookkeeping (the curriculum's choice of
-examples, pruning's weights and recorded losses). A run could drop everything else and train the
-same network: validation and its per-tier metrics, probes (early exits, label noise), logging
-and checkpoints. ``--budget Ns`` counts only seconds that train, so that two arms given equal
-seconds are not charged for how often they were watched: a growing network runs more, cheaper
-epochs in the same seconds and so pays for more validation passes.
+calibration, the optimizer rebuilt), the data diet's bookkeeping (the curriculum's choice of
+examples, pruning's weights and recorded losses) and a seconds run's re-planning of its length.
+A run could drop everything else and train the same network: validation and its per-tier
+metrics, probes (early exits, label noise), logging and checkpoints. ``--budget Ns`` counts
+only seconds that train, so that two arms given equal seconds are not charged for how often
+they were watched: a growing network runs more, cheaper epochs in the same seconds and so pays
+for more validation passes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-TRAINING_PARTS = ("train", "growth", "diet")  # what a seconds budget counts
+TRAINING_PARTS = ("train", "growth", "diet", "plan")  # what a seconds budget counts
 MONITORING_PARTS = ("val", "probe", "log", "checkpoint")  # what could be left out
 PARTS = TRAINING_PARTS + MONITORING_PARTS
 

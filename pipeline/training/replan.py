@@ -1,0 +1,51 @@
+"""A seconds run re-planned as it trains; no MLflow here.
+
+A seconds run's first plan comes from a few timed batches of each network
+(``pipeline/run/length.py``), which can be off by a tenth: CIFAR-10 seed 170 planned 21 epochs
+where 24 fitted, and its rate, following its steps, annealed at the 21st with 14% of its seconds
+left. So after every epoch the run asks again how many epochs its seconds left buy, from its
+own measured epochs (``run_length.SecondsPlanner``), and takes a plan of that many (plus the
+margin the clock ends: ``budget.SECONDS_MARGIN_EPOCHS``).
+
+A plan of E epochs places everything at fractions of E: the growth events, the curriculum's
+stages, pruning's annealing tail. A new plan moves what is still to come; it must not move what
+the run has done, so it is taken only where, at the epoch just run, it had the same growth events
+due, the same curriculum stage and the same pruning as the run's plan (else the run keeps its
+plan and asks again after the next epoch). The learning rate goes on from the progress it had
+reached (``state.RunProgress``), and a growth's re-warm starts where the growth happened
+(``epoch_loop.learning_rate``), whatever plan placed it.
+"""
+
+from __future__ import annotations
+
+from pipeline.training.budget import MAX_EPOCHS, SECONDS_MARGIN_EPOCHS, BudgetMeter
+from pipeline.training.loop import EpochStats
+from pipeline.training.state import RunProgress
+
+# A plan is shortened only when it holds more than this many epochs beyond those that fit and its
+# margin: the clock already ends a run whose plan is long (budget.py), and a plan that flipped
+# between two lengths on each epoch's noise would move its stages back and forth for nothing.
+SHRINK_SLACK_EPOCHS = 1
+
+
+def replan_after(epoch: int, stats: EpochStats, meter: BudgetMeter, plan, progress: RunProgress) -> bool:
+    """After epoch ``epoch`` (``stats``; ``meter`` settled: its seconds spent and what the epoch
+    trained outside its steps, ``meter.reserve_s``), give the run a plan of the epochs its
+    seconds left buy, where ``plan`` (a ``TrainingPlan``) can take it; True when it did."""
+    planner = meter.planner
+    if planner is None or meter.budget.unit != "seconds" or not stats.examples:
+        return False
+    planner.record(epoch, progress.epochs, stats.seconds / stats.examples, meter.reserve_s)
+    if meter.exhausted:  # the next epoch cannot pay its first step: this one was the last
+        return False
+    next_epoch = epoch + 1
+    guess = progress.epochs - SECONDS_MARGIN_EPOCHS
+    fitting = planner.epochs_fitting(next_epoch, meter.budget.amount - meter.spent, guess)
+    wanted = min(MAX_EPOCHS, max(fitting + SECONDS_MARGIN_EPOCHS, next_epoch + 1))
+    if progress.epochs - SHRINK_SLACK_EPOCHS <= wanted <= progress.epochs:
+        return False
+    events, setup = planner.pieces(wanted)
+    if not plan.replan(epoch, wanted, events, setup):
+        return False
+    progress.replan(next_epoch, wanted)
+    return True
