@@ -23,8 +23,10 @@ from pipeline.training.loop import EpochStats
 from pipeline.training.state import RunProgress
 
 # A plan is shortened only when it holds more than this many epochs beyond those that fit and its
-# margin: the clock already ends a run whose plan is long (budget.py), and a plan that flipped
-# between two lengths on each epoch's noise would move its stages back and forth for nothing.
+# margin, and only once the planner has measured a few epochs (``SecondsPlanner.settled``): the
+# clock already ends a run whose plan is long (budget.py), and a plan that flipped between two
+# lengths on each epoch's noise would move its stages back and forth for nothing. A plan is
+# lengthened on any epoch's evidence: the first epoch, the slowest, can only plan too few.
 SHRINK_SLACK_EPOCHS = 1
 
 
@@ -43,6 +45,8 @@ def replan_after(epoch: int, stats: EpochStats, meter: BudgetMeter, plan, progre
     fitting = planner.epochs_fitting(next_epoch, meter.budget.amount - meter.spent, guess)
     wanted = min(MAX_EPOCHS, max(fitting + SECONDS_MARGIN_EPOCHS, next_epoch + 1))
     if progress.epochs - SHRINK_SLACK_EPOCHS <= wanted <= progress.epochs:
+        return False
+    if wanted < progress.epochs and not planner.settled():  # longer on any epoch, shorter on a few
         return False
     events, setup = planner.pieces(wanted)
     if not plan.replan(epoch, wanted, events, setup):
