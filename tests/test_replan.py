@@ -62,6 +62,14 @@ def test_the_planner_buys_epochs_at_measured_rates_and_scales_the_timing_of_netw
         assert planner.epochs_fitting(1, 126.0, guess) == 12
         assert planner.epochs_fitting(1, 125.0, guess) == 11
     assert planner.epochs_fitting(1, 3.0, 9) == 1  # not even the next epoch fits
+    # A plan is shortened only on three epochs of the network the run trains now (its first
+    # is its slowest): the start network has one so far, and the grown one none.
+    assert not planner.settled()
+    planner.record(1, 10, 0.5, 1.0)
+    planner.record(2, 10, 0.5, 1.0)
+    assert planner.settled()
+    planner.record(5, 10, 2.0, 1.0)  # grown at epoch 5
+    assert not planner.settled() and planner.rate(start) == 0.5
 
 
 def _plan(data, epochs: int) -> ExperimentPlan:

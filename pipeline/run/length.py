@@ -183,6 +183,7 @@ class SecondsPlanner:
     measured: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # per spec, per epoch
     scales: list[float] = dataclasses.field(default_factory=list)  # per epoch: measured / timed
     overheads: list[float] = dataclasses.field(default_factory=list)  # per epoch: outside the steps
+    latest: str = ""  # the spec (JSON) of the last epoch measured
 
     def pieces(self, epochs: int) -> tuple[list[GrowthEvent], object]:
         """The growth events and curriculum setup of a plan of ``epochs`` epochs."""
@@ -193,15 +194,18 @@ class SecondsPlanner:
         """What epoch ``epoch`` of a plan of ``epochs`` measured: its steps' seconds per example
         and the seconds it trained outside them."""
         spec = spec_at_epoch(self.start, self.pieces(epochs)[0], epoch)
-        self.measured.setdefault(spec.to_json(), []).append(seconds_per_example)
+        self.latest = spec.to_json()
+        self.measured.setdefault(self.latest, []).append(seconds_per_example)
         self.scales.append(seconds_per_example / self.timed(spec))
         self.overheads.append(overhead_s)
 
     def settled(self) -> bool:
-        """Whether it has measured enough epochs to shorten a plan on: a run's first epoch is
-        its slowest (on full Fashion-MNIST 94 microseconds an example against 83 after), and one
-        such epoch would cut a plan that fits (seed 160: 20 epochs to 17, then back to 19)."""
-        return len(self.scales) >= RECENT_EPOCHS
+        """Whether it has measured enough epochs of the network it trains now to shorten a plan
+        on: a network's first epoch is its slowest (the run's first on full Fashion-MNIST: 94
+        microseconds an example against 83 after), and one such epoch cut plans that fitted
+        (Fashion-MNIST seed 160: 20 epochs to 17, then back to 19; CIFAR-10 seed 170, the epoch
+        after its growth: 24 to 21, then back to 24)."""
+        return len(self.measured.get(self.latest, ())) >= RECENT_EPOCHS
 
     def rate(self, spec: ArchSpec) -> float:
         """The seconds per example ``spec`` is expected to train at from here on."""

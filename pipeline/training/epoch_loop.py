@@ -148,7 +148,9 @@ def fit(
     meter: BudgetMeter | None = None,
     checkpoint_pace: CheckpointPace | None = None,
 ) -> FitState:
-    """Run epochs ``state.epoch .. cfg.epochs-1``; ``data`` must already be on the device.
+    """Run epochs ``state.epoch`` onwards to the run's planned epochs (``cfg.epochs``, or those a
+    seconds run has re-planned to, kept in ``state.progress``); ``data`` must already be on the
+    device.
 
     ``on_epoch(epoch, metrics, state)`` sees every epoch's metrics (logging, pruning);
     ``checkpoint`` is called after the first epoch and then as often as ``checkpoint_pace``

@@ -23,10 +23,11 @@ from pipeline.training.loop import EpochStats
 from pipeline.training.state import RunProgress
 
 # A plan is shortened only when it holds more than this many epochs beyond those that fit and its
-# margin, and only once the planner has measured a few epochs (``SecondsPlanner.settled``): the
-# clock already ends a run whose plan is long (budget.py), and a plan that flipped between two
-# lengths on each epoch's noise would move its stages back and forth for nothing. A plan is
-# lengthened on any epoch's evidence: the first epoch, the slowest, can only plan too few.
+# margin, and only once the planner has measured a few epochs of the network the run trains now
+# (``SecondsPlanner.settled``): the clock already ends a run whose plan is long (budget.py), and a
+# plan that flipped between two lengths on each epoch's noise would move its stages back and
+# forth for nothing. A plan is lengthened on any epoch's evidence: a network's first epoch, its
+# slowest, can only plan too few.
 SHRINK_SLACK_EPOCHS = 1
 
 
