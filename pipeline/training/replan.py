@@ -39,9 +39,11 @@ def replan_after(epoch: int, stats: EpochStats, meter: BudgetMeter, plan, progre
     if planner is None or meter.budget.unit != "seconds" or not stats.examples:
         return False
     planner.record(epoch, progress.epochs, stats.seconds / stats.examples, meter.reserve_s)
-    if meter.exhausted:  # the next epoch cannot pay its first step: this one was the last
-        return False
     next_epoch = epoch + 1
+    # Ended: the next epoch cannot pay its first step, or the plan is over and its rate has
+    # annealed (more epochs now would train at a rate of zero: seconds spent, nothing learnt).
+    if meter.exhausted or next_epoch >= progress.epochs:
+        return False
     guess = progress.epochs - SECONDS_MARGIN_EPOCHS
     fitting = planner.epochs_fitting(next_epoch, meter.budget.amount - meter.spent, guess)
     wanted = min(MAX_EPOCHS, max(fitting + SECONDS_MARGIN_EPOCHS, next_epoch + 1))
