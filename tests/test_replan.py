@@ -20,9 +20,12 @@ from pipeline.run import length
 from pipeline.run.length import SecondsPlanner
 from pipeline.run.plan import ExperimentPlan, GrowthConfig
 from pipeline.run.session import RunConfig
+from pipeline.training.budget import Budget, BudgetMeter
 from pipeline.training.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from pipeline.training.config import TrainConfig
-from pipeline.training.loop import cosine_lr
+from pipeline.training.epoch_loop import TrainingPlan
+from pipeline.training.loop import EpochStats, cosine_lr
+from pipeline.training.replan import replan_after
 from pipeline.training.state import RunProgress
 from tests.conftest import fresh_state
 
@@ -70,6 +73,25 @@ def test_the_planner_buys_epochs_at_measured_rates_and_scales_the_timing_of_netw
     assert planner.settled()
     planner.record(5, 10, 2.0, 1.0)  # grown at epoch 5
     assert not planner.settled() and planner.rate(start) == 0.5
+
+
+def test_after_an_epoch_a_plan_lengthens_on_spare_seconds_shortens_on_settled_ones_and_ends_when_over():
+    start = resolve_spec("tiny", (1, 28, 28), 10)
+
+    def after(epoch: int, progress: RunProgress, spent: float = 10.0) -> bool:
+        planner = SecondsPlanner(lambda epochs: (None, [], None, None), start, 10, lambda spec: 1.0)
+        meter = BudgetMeter(Budget("seconds", 100.0, "100s"), spent=spent, planner=planner)
+        stats = EpochStats(loss=1.0, acc=0.5, examples=10, steps=1, seconds=5.0, lr=0.1)
+        return replan_after(epoch, stats, meter, TrainingPlan(), progress)
+
+    # 0.5 s an example measured: 5 s an epoch, so the 90 s left buy epochs 1-18, and the plan
+    # takes 19 with the one to spare; its rate goes on from where the first epoch left it.
+    progress = RunProgress(5)
+    assert after(0, progress) and progress == RunProgress(20, anchor_epoch=1, anchor_progress=0.2)
+    over = RunProgress(5)
+    assert not after(4, over) and over == RunProgress(5)  # the plan is over: its rate is zero
+    long = RunProgress(40)  # 38 epochs too many, on one measured epoch: kept (the clock ends it)
+    assert not after(0, long) and long.epochs == 40
 
 
 def _plan(data, epochs: int) -> ExperimentPlan:
