@@ -19,6 +19,7 @@ import mlflow
 import torch
 
 from models.builder import build_model
+from models.errors import UserError
 from models.flops import flops_per_example
 from models.schedule import NAMED_SCHEDULES, GrowthEvent, named_schedule, parse_schedule, spec_at_epoch
 from models.spec import ArchSpec
@@ -154,6 +155,14 @@ def resolve_run_length(
     planner = None
     if budget.unit == "seconds":
         planner = SecondsPlanner(built, start, len(data.train), cost_per_example)
+        # Re-planning looks plans up rather than building them while the seconds run: building
+        # one (its curriculum, its scores found in the tracking store) took 7 ms, a sixth of a
+        # tiny run's epoch. Plans up to twice the first are built now, before training.
+        for longer in range(epochs + 1, min(MAX_EPOCHS, 2 * epochs) + 1):
+            try:
+                built(longer)
+            except UserError:  # a run this long cannot work: re-planning stops short of it
+                break
     return RunLength(budget, cfg, events, final, setup, planner)
 
 
