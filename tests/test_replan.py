@@ -5,6 +5,8 @@ epochs spends its seconds."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import mlflow
 import pytest
 import torch
@@ -112,7 +114,7 @@ def _plan(data, epochs: int) -> ExperimentPlan:
 
 def _pieces(data, epochs: int):
     plan = _plan(data, epochs)
-    return plan.events, type("Setup", (), {"curriculum": plan.curriculum, "pruner": plan.pruner})()
+    return plan.events, SimpleNamespace(curriculum=plan.curriculum, pruner=plan.pruner)
 
 
 def test_a_plan_takes_a_longer_one_only_where_the_epoch_just_run_had_the_same_growth_stage_and_pruning(

@@ -264,13 +264,15 @@ class _EpochLoop:
         return growth | {self.state.progress.epochs - 1}
 
     def lr_at(self, share: float) -> float:
-        """The rate at ``share`` of the planned epochs trained: at the run's progress there
-        (``RunProgress``), or for a seconds run at the share of its seconds spent where that is
+        """The rate at ``share`` of the planned epochs trained."""
+        return learning_rate(self.cfg, self.state.trace, self.lr_progress(share))
+
+    def lr_progress(self, share: float) -> float:
+        """The schedule's progress at ``share`` of the planned epochs trained: the run's
+        (``RunProgress``), or for a seconds run the share of its seconds spent where that is
         further on (the schedule follows the clock: budget.py)."""
         progress = self.state.progress.at(share)
-        if self.seconds is not None:
-            progress = max(progress, self.seconds.progress)
-        return learning_rate(self.cfg, self.state.trace, progress)
+        return max(progress, self.seconds.progress) if self.seconds is not None else progress
 
     def grow(self, epoch: int) -> list[dict]:
         """The plan's growth before ``epoch``: the new model and optimizer; its events."""
@@ -284,16 +286,11 @@ class _EpochLoop:
             if state.average is not None:  # the old shape's average cannot follow the new one
                 state.average = WeightAverage(model, state.average.decay)
         state.model, state.optimizer = model, optimizer
-        grown_at = self.lr_progress(epoch)
+        grown_at = self.lr_progress(epoch / state.progress.epochs)  # as the epoch begins
         for event in events:  # where the re-warm starts (learning_rate)
             event["progress"] = grown_at
         state.trace.events.extend(events)
         return events
-
-    def lr_progress(self, epoch: int) -> float:
-        """The progress the learning rate is at as ``epoch`` begins."""
-        progress = self.state.progress.at(epoch / self.state.progress.epochs)
-        return max(progress, self.seconds.progress) if self.seconds is not None else progress
 
     def train(self, epoch: int) -> tuple[torch.Tensor, EpochStats]:
         """The epoch's examples (the plan's diet) and one pass of training steps over them."""

@@ -36,7 +36,7 @@ def replan_after(epoch: int, stats: EpochStats, meter: BudgetMeter, plan, progre
     trained outside its steps, ``meter.reserve_s``), give the run a plan of the epochs its
     seconds left buy, where ``plan`` (a ``TrainingPlan``) can take it; True when it did."""
     planner = meter.planner
-    if planner is None or meter.budget.unit != "seconds" or not stats.examples:
+    if planner is None or not stats.examples:  # only a seconds run's meter has a planner
         return False
     planner.record(epoch, progress.epochs, stats.seconds / stats.examples, meter.reserve_s)
     next_epoch = epoch + 1
