@@ -331,15 +331,18 @@ class _EpochLoop:
                 self.plan.record_losses(stats.order, stats.losses)
         meter = self.meter
         if meter is not None and meter.budget.unit == "seconds":
-            # What trained outside the steps (the diet's bookkeeping, growth, the epoch's set-up)
-            # is kept back; and a next epoch that could not pay its first step is not begun:
-            # this one is the last (validated whole).
+            # The run re-plans first, so that its own seconds are spent before the check below.
+            # What trained outside the steps (the diet's bookkeeping, growth, the epoch's set-up,
+            # re-planning) is kept back; and a next epoch that could not pay its first step is
+            # not begun: this one is the last (validated whole).
             meter.reserve_s = timing.trained_s(self.parts) - timing.trained_s(before) - stats.seconds
             meter.spent = timing.trained_s(self.parts)
-            meter.allows(0, self.cfg.batch_size, self.flops["train"], 0.0)
             with timing.timed(self.parts, "plan"):
                 if replan_after(epoch, stats, meter, self.plan, self.state.progress):
                     self.watched = self._watched()
+            meter.reserve_s = timing.trained_s(self.parts) - timing.trained_s(before) - stats.seconds
+            meter.spent = timing.trained_s(self.parts)
+            meter.allows(0, self.cfg.batch_size, self.flops["train"], 0.0)
 
     def validate(
         self, epoch: int, events: list[dict], stats: EpochStats, positions: torch.Tensor, epoch_start: float

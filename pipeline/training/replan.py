@@ -33,15 +33,17 @@ SHRINK_SLACK_EPOCHS = 1
 
 def replan_after(epoch: int, stats: EpochStats, meter: BudgetMeter, plan, progress: RunProgress) -> bool:
     """After epoch ``epoch`` (``stats``; ``meter`` settled: its seconds spent and what the epoch
-    trained outside its steps, ``meter.reserve_s``), give the run a plan of the epochs its
-    seconds left buy, where ``plan`` (a ``TrainingPlan``) can take it; True when it did."""
+    trained outside its steps, ``meter.reserve_s``; ``meter.exhausted`` if the budget cut the
+    epoch short), give the run a plan of the epochs its seconds left buy, where ``plan`` (a
+    ``TrainingPlan``) can take it; True when it did."""
     planner = meter.planner
     if planner is None or not stats.examples:  # only a seconds run's meter has a planner
         return False
     planner.record(epoch, progress.epochs, stats.seconds / stats.examples, meter.reserve_s)
     next_epoch = epoch + 1
-    # Ended: the next epoch cannot pay its first step, or the plan is over and its rate has
-    # annealed (more epochs now would train at a rate of zero: seconds spent, nothing learnt).
+    # Ended: the budget cut this epoch short, or the plan is over and its rate has annealed
+    # (more epochs now would train at a rate of zero: seconds spent, nothing learnt). A next
+    # epoch that cannot pay its first step is not begun (the meter's check after this).
     if meter.exhausted or next_epoch >= progress.epochs:
         return False
     guess = progress.epochs - SECONDS_MARGIN_EPOCHS
