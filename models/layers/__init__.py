@@ -19,14 +19,26 @@ from models.layers.conv import CONV
 from models.layers.convbn import CONVBN
 from models.layers.dropout import DROPOUT
 from models.layers.fc import FC, LinearLayer, widen_linear
+from models.layers.gap import GAP
 from models.layers.pool import POOL
+from models.layers.resblock import RESBLOCK
 from models.layers.residual import RESIDUAL
 from models.layers.sepconv import SEPCONV
 
-__all__ = ["LAYERS", "LAYER_TYPES", "LayerType", "LinearLayer", "Search", "SpecError", "widen_linear"]
+__all__ = [
+    "GROWABLE_TYPES",
+    "LAYERS",
+    "LAYER_TYPES",
+    "LayerType",
+    "LinearLayer",
+    "Search",
+    "SpecError",
+    "widen_linear",
+]
 
 # The order is the one error messages and tune's default --layer-types list them in.
 LAYERS: dict[str, LayerType] = {
-    t.name: t for t in (CONV, POOL, DROPOUT, FC, BATCHNORM, RESIDUAL, SEPCONV, CONVBN)
+    t.name: t for t in (CONV, POOL, DROPOUT, FC, BATCHNORM, RESIDUAL, SEPCONV, CONVBN, RESBLOCK, GAP)
 }
 LAYER_TYPES = tuple(LAYERS)
+GROWABLE_TYPES = tuple(name for name, kind in LAYERS.items() if kind.growable)

@@ -55,6 +55,9 @@ class LayerType:
     # Fit a layer that growth just inserted to a batch of its input (B, ...), e.g. a batchnorm's
     # statistics; None: nothing to fit. Called by ``models.growth.calibrate``.
     calibrate: Callable[[nn.Module, Any], None] | None = None
+    # Whether a growth event may insert it; False for a network's head (gap), which a network
+    # has once, from its start.
+    growable: bool = True
 
 
 # Pieces several types share.
