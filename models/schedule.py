@@ -9,8 +9,8 @@ in ``1 .. epochs - 1``. Several events may share an epoch; they apply in schedul
 
 A schedule is data. ``parse_schedule`` accepts three forms:
 
-* a registered name (``NAMED_SCHEDULES``: default, early, late, deep, wide-fc, default-bn, none), a function
-  of the number of epochs;
+* a registered name (``NAMED_SCHEDULES``: default, early, late, deep, wide-fc, default-bn,
+  resnet, none), a function of the number of epochs;
 * a JSON list of flat objects, the layer as in a spec plus ``epoch`` and optional ``position``
   and ``id``: ``[{"epoch": 3, "type": "conv", "out_channels": 64, "position": "after:pool1"}]``;
 * a compact string, events separated by ``;``::
@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from models import resnet
 from models.errors import UserError
-from models.layers import LAYER_TYPES, LAYERS
+from models.layers import GROWABLE_TYPES, LAYER_TYPES, LAYERS
 from models.spec import HEAD_ID, ArchSpec, SpecError, infer_shapes, normalise_layer
 
 
@@ -164,6 +165,11 @@ def _parse_compact_event(text: str) -> GrowthEvent:
 
 
 def _check_layer(event: GrowthEvent) -> None:
+    if event.type in LAYERS and not LAYERS[event.type].growable:
+        raise GrowthError(
+            f"growth event {event.to_compact()}: a {event.type} layer is a network's head, there from "
+            f"its start; growth inserts one of {', '.join(GROWABLE_TYPES)}"
+        )
     try:
         normalise_layer({"id": event.id or "new", **event.layer})
     except SpecError as err:
@@ -311,6 +317,12 @@ def _default_bn(epochs: int) -> list[GrowthEvent]:
     ]
 
 
+def _resnet(epochs: int) -> list[GrowthEvent]:
+    """resnet-start into resnet (models/resnet.py): the two missing blocks of every stage, all
+    a quarter of the way in, as the default schedule grows."""
+    return _timed(epochs, [(DEFAULT_GROWTH_AT, layer, position) for layer, position in resnet.growth_steps()])
+
+
 NAMED_SCHEDULES: dict[str, Callable[[int], list[GrowthEvent]]] = {
     "default": _default,
     "early": _early,
@@ -318,6 +330,7 @@ NAMED_SCHEDULES: dict[str, Callable[[int], list[GrowthEvent]]] = {
     "deep": _deep,
     "wide-fc": _wide_fc,
     "default-bn": _default_bn,
+    "resnet": _resnet,
     "none": lambda epochs: [],
 }
 

@@ -23,6 +23,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from models import resnet
 from models.layers import LAYER_TYPES, LAYERS, SpecError
 
 HEAD_ID = "head"
@@ -356,6 +357,9 @@ NAMED_SPECS = {
     "tiny": _tiny,
     "minimal-bn": lambda: _batchnormed(_minimal()),
     "default-bn": lambda: _batchnormed(_default_final()),
+    # the residual family for 3x32x32 data (models/resnet.py): the baseline and its start
+    "resnet": lambda: resnet.resnet_layers(resnet.FINAL_BLOCKS),
+    "resnet-start": lambda: resnet.resnet_layers(resnet.START_BLOCKS),
 }
 
 

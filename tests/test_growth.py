@@ -15,7 +15,7 @@ from torch import nn
 
 from models.builder import SpecNet, build_model, layer_signature
 from models.growth import PlateauTrigger, events_due, grow, probe_jump
-from models.layers import LAYER_TYPES
+from models.layers import GROWABLE_TYPES
 from models.schedule import (
     NAMED_SCHEDULES,
     GrowthError,
@@ -124,7 +124,7 @@ PROBE_FIELDS = {
 def events_for(draw, spec: ArchSpec) -> GrowthEvent:
     """A valid event for ``spec``: any type, at any position where it builds, with widths often
     equal to or a little above the input's, which are the cases that can preserve."""
-    kind = draw(st.sampled_from(LAYER_TYPES))
+    kind = draw(st.sampled_from(GROWABLE_TYPES))
     ids = spec.layer_ids()
     where = {}
     for position in [None, "head", *(f"{side}:{lid}" for lid in ids for side in ("before", "after"))]:
@@ -354,12 +354,17 @@ def test_default_schedule_grows_a_model_into_the_default_static_model():
     assert list(shapes(model).items()) == list(shapes(static).items())
 
 
+# The start network of a named schedule, and its data's shape, where it is not minimal's.
+SCHEDULE_STARTS = {"resnet": ("resnet-start", ((3, 32, 32), 10))}
+
+
 @pytest.mark.parametrize("name", [n for n in NAMED_SCHEDULES if n != "none"])
 def test_every_named_schedule_preserves_the_function_at_every_event(name):
     # The minimal spec holds the pools already, so no event shrinks a map under a trained layer.
     torch.manual_seed(0)
-    model = build_model(resolve_spec("minimal", *FASHION)).eval()
-    x = torch.rand(4, *FASHION[0])  # (B, C, H, W)
+    start, shape = SCHEDULE_STARTS.get(name, ("minimal", FASHION))
+    model = build_model(resolve_spec(start, *shape)).eval()
+    x = torch.rand(4, *shape[0])  # (B, C, H, W)
     for event in parse_schedule(name, 12):
         grown, info = grow(model, event)
         assert info["preserved"] and not info["reinitialised"], (name, info["layer_id"])

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from models.builder import build_model
 from models.growth import grow
-from models.layers import LAYER_TYPES, LAYERS
+from models.layers import GROWABLE_TYPES, LAYER_TYPES, LAYERS
 from models.schedule import GrowthError, GrowthEvent, parse_schedule
 from models.spec import resolve_spec
 from pipeline.cli import ConfigError
@@ -22,7 +22,7 @@ from pipeline.tune import search_space
 
 START = resolve_spec("minimal", (1, 28, 28), 10)  # conv1 pool1 pool2 fc1: the map is 7x7 after pool2
 SPACE = search_space.SearchSpace(
-    epochs=6, max_events=5, layer_types=LAYER_TYPES, pacings=CURRICULUM_PACINGS, lr_low=0.01, lr_high=0.2
+    epochs=6, max_events=5, layer_types=GROWABLE_TYPES, pacings=CURRICULUM_PACINGS, lr_low=0.01, lr_high=0.2
 ).validate()
 # Pools the 7x7 map after pool2 can still take: 7 -> 3 -> 1.
 POOLS_LEFT = 2
@@ -96,7 +96,7 @@ def space_points(draw) -> dict:
     for k in range(1, SPACE.max_events + 1):
         params[f"growth{k}_epoch"] = draw(st.integers(1, SPACE.epochs - 1))
         # Pools are drawn often, so schedules with too many of them are common here.
-        params[f"growth{k}_layer"] = draw(st.sampled_from(("pool", "pool", *LAYER_TYPES)))
+        params[f"growth{k}_layer"] = draw(st.sampled_from(("pool", "pool", *GROWABLE_TYPES)))
         for search in {kind.search.param: kind.search for kind in LAYERS.values() if kind.search}.values():
             sizes = st.floats(*search.span) if search.span else st.sampled_from(search.choices)
             params[f"growth{k}_{search.param}"] = draw(sizes)
