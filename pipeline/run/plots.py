@@ -135,6 +135,9 @@ LAYER_COLOURS = {
     "fc": "#55a868",
     "batchnorm": "#c44e52",
     "residual": "#8172b3",
+    "convbn": "#64b5cd",
+    "resblock": "#937860",
+    "gap": "#b0b0b0",
     "head": "#222222",
 }
 
