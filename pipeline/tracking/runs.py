@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 
 import click
@@ -30,6 +31,11 @@ DEFAULT_EXPERIMENT = "growing-cnn"
 # opens on the runs table, as a model-training experiment.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
+
+# Tags every run this process opens carries besides its own: a study's cells set their parent
+# run (``mlflow.parentRunId``, which nests them in the MLflow UI) and their cell here, so the
+# training and evaluate steps they call need no option for it.
+RUN_TAGS: ContextVar[dict[str, str]] = ContextVar("run_tags", default={})  # noqa: B039 (never mutated)
 
 
 def use_experiment(name: str = "") -> str:
@@ -130,7 +136,8 @@ def tracked_run(
         if run_id is None and not outer:
             experiment_id = use_experiment(experiment_name)
             name = unique_run_name(experiment_id, run_name) if run_name else None
-            run = mlflow.start_run(run_name=name)
+            # a study's cells open theirs while the study's parent run is active here: nested
+            run = mlflow.start_run(run_name=name, nested=mlflow.active_run() is not None)
         else:
             run = mlflow.start_run(run_id=run_id)
             mark_model_experiment(run.info.experiment_id)
@@ -148,7 +155,13 @@ def tracked_run(
     try:
         check_artifact_store(run.info.artifact_uri)
         mlflow.set_tags(
-            {ENTRY_POINT_TAG: entry_point, "code_version": code_version(), **owner_tags(), **(tags or {})}
+            {
+                ENTRY_POINT_TAG: entry_point,
+                "code_version": code_version(),
+                **owner_tags(),
+                **RUN_TAGS.get(),
+                **(tags or {}),
+            }
         )
         # `mlflow run` has already logged the parameters it passed (in its own spelling, and
         # MLflow refuses to change a logged value); log only the ones still missing.

@@ -33,11 +33,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import subprocess
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import click
 import mlflow
@@ -46,6 +43,7 @@ from mlflow.entities import Metric
 from optuna.trial import TrialState
 
 from models.spec import resolve_spec
+from pipeline import workers
 from pipeline.cli import ConfigError, build_config, config_options, help_text
 from pipeline.codec import flat_params, to_argv
 from pipeline.curriculum.config import DynamicCurriculumConfig
@@ -82,7 +80,6 @@ from pipeline.tune.study import (
 )
 from pipeline.tune.worker import Worker
 
-REPO = Path(__file__).resolve().parents[2]
 WORKER_INDEX_ENV = "GCNN_TUNE_WORKER_INDEX"  # set on the processes --workers starts
 
 
@@ -136,38 +133,12 @@ def resolve_scores(space_cfg: SpaceConfig, data: Data) -> tuple[str, tuple[str, 
 
 
 def run_worker_processes(n: int, configs: tuple, storage_url: str) -> list[int]:
-    """Start ``n`` worker processes of this study and wait for them; returns their exit codes.
-    Ctrl-C or SIGTERM here stops them (their running trials end KILLED and are retried later)."""
+    """Start ``n`` worker processes of this study and wait for them; returns their exit codes."""
     data_cfg, train_cfg, space_cfg, study_cfg = configs
     # Each process is a worker of this study only: one process, no parent run of its own.
     study_cfg = dataclasses.replace(study_cfg, storage=storage_url, worker=True, workers=1)
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_RUN_ID"}
-    env["MLFLOW_TRACKING_URI"] = mlflow.get_tracking_uri()
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-    command = [sys.executable, "-m", "pipeline.tune", *to_argv(data_cfg, train_cfg, space_cfg, study_cfg)]
-    # Share the cores rather than oversubscribe them: n workers each with every core thrash.
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // n)))
-    procs = [subprocess.Popen(command, env={**env, WORKER_INDEX_ENV: str(k)}) for k in range(n)]
-    try:
-        codes = [p.wait() for p in procs]
-    except BaseException:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        raise
-    for p, code in zip(procs, codes):
-        if code < 0:
-            click.echo(
-                f"worker {p.pid} was killed by signal {-code}; a trial it left running is retried "
-                "once its heartbeat is stale",
-                err=True,
-            )
-    return codes
+    argv = to_argv(data_cfg, train_cfg, space_cfg, study_cfg)
+    return workers.run_worker_processes("pipeline.tune", argv, n, WORKER_INDEX_ENV)
 
 
 def log_report(study: optuna.Study, parent_run_id: str) -> dict[str, float]:
