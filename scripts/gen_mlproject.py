@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-ENTRY_POINTS = ("main", "score_difficulty", "train_static", "train_dynamic", "evaluate", "tune")
+ENTRY_POINTS = ("main", "score_difficulty", "train_static", "train_dynamic", "evaluate", "tune", "study")
 MLFLOW_TYPES = {str: "string", int: "float", float: "float", bool: "string"}
 
 

@@ -1,0 +1,18 @@
+"""study: comparison grids at equal cost, with their protocol, as a pipeline step.
+
+``python -m pipeline.study`` runs ``command.main``. The package, in the order a study uses it:
+
+- ``config``: the options (``GridConfig``, ``StudyConfig``);
+- ``grid``: arms, budgets, seeds and the cells and comparisons they make (pure);
+- ``protocol``: which seeds may confirm, the preregistration, Holm's correction, labels (pure);
+- ``command``: the click command; opens the parent run, queues the cells, starts workers,
+  evaluates a confirmation and logs the report;
+- ``queue``: the cells as enqueued Optuna trials, taken by workers with heartbeats and retries;
+- ``cell``: one cell trained in this process, a child run of the study;
+- ``report``: the comparison table, the frontier and the figure from the cells' rows (pure).
+"""
+
+from pipeline.study.command import CONFIGS, main
+from pipeline.study.config import ENTRY_POINT
+
+__all__ = ["CONFIGS", "ENTRY_POINT", "main"]

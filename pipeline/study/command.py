@@ -1,0 +1,307 @@
+"""study: a comparison grid at equal cost, with its protocol, on one machine or many.
+
+    python -m pipeline.study --seeds 300-304 --study-name resnet-screen
+    python -m pipeline.study --phase confirm --seeds 400-404 --study-name resnet-confirm --workers 2
+    python -m pipeline.study --study-name resnet-confirm --worker true --storage postgresql://...
+    mlflow run . -e study --env-manager local -P seeds=300-304 -P arms=static,dynamic,dynamic-random
+
+Trains arms (static, the growing network, its controls) x budgets (epochs, shares of static's
+FLOPs, static's seconds that trained) x seeds, each cell one training run and a child of the
+study's parent run. Running the same command again trains only the cells that have not
+finished. Cells are handed out through Optuna's storage, so ``--workers N`` processes here and
+``--worker true`` processes on other machines (the same storage and tracking server) share them;
+a worker killed mid-cell loses nothing: after the grace period its cell is queued again.
+
+The protocol: ``--phase screen`` reads validation accuracy only. ``--phase confirm`` refuses seeds
+that gated a choice or trained in any screen run of the store, logs its preregistration
+(comparisons, seeds, metric, correction) on the parent run before any cell trains, and reads
+the test split once per run through evaluate. The report (``study/`` on the parent run) gives
+per comparison the paired difference with its interval, Holm's correction over the study, and
+labels every figure confirmatory or exploratory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import time
+
+import click
+import mlflow
+import optuna
+import pandas as pd
+
+from models.schedule import parse_schedule, validate_schedule
+from models.spec import resolve_spec
+from pipeline import score_difficulty, workers
+from pipeline.cli import ConfigError, build_config, config_options, help_text
+from pipeline.codec import flat_params, to_argv
+from pipeline.data.config import DataConfig
+from pipeline.data.splits import load_data
+from pipeline.difficulty.scores_table import find_scores_run
+from pipeline.run.length import static_training_flops
+from pipeline.study import queue, report, results
+from pipeline.study.cell import PHASE_TAG, STUDY_TAG, StudyRuns, static_description, train_cell
+from pipeline.study.config import ENTRY_POINT, GridConfig, StudyConfig
+from pipeline.study.grid import cells, comparisons
+from pipeline.study.protocol import CORRECTION, METRIC, Preregistration, check_confirm_seeds
+from pipeline.tracking.artifacts import log_dataset
+from pipeline.tracking.errors import raise_terminated
+from pipeline.tracking.guard import GuardedCommand, main_guard
+from pipeline.tracking.runs import RUN_TAGS, tracked_run
+from pipeline.training.config import TrainConfig
+from pipeline.tune.study import STUDY_EXPERIMENT, STUDY_PARENT, check_parent, default_storage, redact
+
+CONFIGS = (DataConfig, TrainConfig, GridConfig, StudyConfig)
+WORKER_INDEX_ENV = "GCNN_STUDY_WORKER_INDEX"
+# Study attributes: what every worker must agree on, and what they need that is computed once.
+DEFINITION_ATTR, SCORES_ATTR, FLOPS_ATTR = "study_definition", "scores_run_id", "reference_flops"
+PREREGISTRATION_TAG = "preregistration"
+
+
+def definition(
+    data_cfg: DataConfig, train_cfg: TrainConfig, grid_cfg: GridConfig, study_cfg: StudyConfig
+) -> dict:
+    """What trains: every worker of a study must have the same."""
+    return {**flat_params(data_cfg, train_cfg, grid_cfg), "phase": study_cfg.phase}
+
+
+def study_runs(configs: tuple, parent: str, scores_run: str, data=None) -> StudyRuns:
+    """The cells' shared setting; loads the data only to fit the networks to it."""
+    data_cfg, train_cfg, grid_cfg, study_cfg = configs
+    data = data or load_data(data_cfg)  # never the test split
+    start = resolve_spec(grid_cfg.start_spec, data.input_shape, data.num_classes)
+    final = validate_schedule(start, parse_schedule(grid_cfg.schedule, train_cfg.epochs), train_cfg.epochs)
+    return StudyRuns(
+        study=study_cfg.study_name,
+        phase=study_cfg.phase,
+        parent_run_id=parent,
+        experiment_name=study_cfg.experiment_name,
+        data_cfg=data_cfg,
+        train_cfg=train_cfg,
+        start_spec=grid_cfg.start_spec,
+        schedule=grid_cfg.schedule,
+        final=final,
+        scores_run=scores_run,
+        reference_flops=static_training_flops(final, data, train_cfg.epochs),
+    )
+
+
+def trainer(runs: StudyRuns):
+    """``queue.work``'s ``train``: a cell trained here, its run id and final validation accuracy."""
+
+    def train(cell, trial_number: int, reference: str) -> tuple[str, float]:
+        run_id = train_cell(runs, cell, trial_number, reference)
+        return run_id, mlflow.MlflowClient().get_run(run_id).data.metrics["val/acc"]
+
+    return train
+
+
+def screened_seeds(exclude_study: str) -> dict[int, str]:
+    """seed -> the screen study (or tune study) that trained a run on it, in this store."""
+    out: dict[int, str] = {}
+    for where, name_tag in (
+        (f"tags.{PHASE_TAG} = 'screen'", STUDY_TAG),
+        ("tags.entry_point = 'tune'", "study_name"),
+    ):
+        for run in mlflow.search_runs(search_all_experiments=True, filter_string=where, output_format="list"):
+            seed, name = run.data.params.get("seed"), run.data.tags.get(name_tag, "tune")
+            if seed is not None and seed.lstrip("-").isdigit() and name != exclude_study:
+                out.setdefault(int(seed), name)
+    return out
+
+
+def preregistration(configs: tuple, runs: StudyRuns) -> Preregistration:
+    _, _, grid_cfg, study_cfg = configs
+    arms, budgets, seeds = grid_cfg.parsed()
+    return Preregistration(
+        study=study_cfg.study_name,
+        comparisons=tuple(c.name for c in comparisons(arms, budgets)),
+        seeds=seeds,
+        metric=METRIC[study_cfg.phase],
+        correction=CORRECTION,
+        alpha=report.ALPHA,
+        grid={**definition(*configs), "static_spec": static_description(runs)},
+    )
+
+
+def register(client: mlflow.MlflowClient, parent: str, prereg: Preregistration) -> None:
+    """Log the preregistration before any cell trains; a rerun must keep it unchanged."""
+    logged = client.get_run(parent).data.tags.get(PREREGISTRATION_TAG)
+    if logged is None:
+        client.log_text(parent, json.dumps(prereg.to_dict(), indent=2), "study/preregistration.json")
+        client.set_tag(parent, PREREGISTRATION_TAG, prereg.digest())
+    elif logged != prereg.digest():
+        raise ConfigError(
+            f"study {prereg.study!r} was preregistered as {logged} (study/preregistration.json on its "
+            "parent run); these options differ from it: confirm them under another --study-name"
+        )
+
+
+def scores_for(data_cfg: DataConfig, grid_cfg: GridConfig, data, known: str = "") -> tuple[str, dict]:
+    """The difficulty scores every cell uses (per-tier accuracy, the curriculum) and their cost:
+    the study's own (``known``), the given run, the newest for this data, or a score_difficulty
+    run made here, a child of the study."""
+    if known:
+        run_id = known
+    elif grid_cfg.scores_run != "auto":
+        run_id = grid_cfg.scores_run
+    else:
+        run_id = find_scores_run(data)
+        if not run_id:
+            click.echo("study: no score_difficulty run for this data; scoring it first", err=True)
+            run_id = score_difficulty.run(data_cfg, score_difficulty.ScoreConfig())
+    metrics = mlflow.MlflowClient().get_run(run_id.removeprefix("runs:/").split("/")[0]).data.metrics
+    return run_id, {"run": run_id, "seconds": metrics.get("time/total_s", float("nan"))}
+
+
+def open_checked(url: str, configs: tuple) -> optuna.Study:
+    """The study's trials, created or reopened; a reopened one must have these options."""
+    study_cfg = configs[-1]
+    study = queue.open_queue(url, study_cfg, create=True)
+    mine, theirs = definition(*configs), study.user_attrs.get(DEFINITION_ATTR)
+    if theirs is not None and theirs != mine:
+        changed = sorted(k for k in mine if mine[k] != theirs.get(k))
+        raise ConfigError(
+            f"study {study_cfg.study_name!r} in {redact(url)} was created with other options "
+            f"({', '.join('--' + k.replace('_', '-') for k in changed)}): pass its options or "
+            "choose another --study-name"
+        )
+    if STUDY_PARENT in study.user_attrs:
+        check_parent(study)
+    return study
+
+
+def set_up(study: optuna.Study, configs: tuple, data, active: mlflow.ActiveRun) -> tuple[StudyRuns, dict]:
+    """Inside the parent run, before any cell trains: the scores, the preregistration of a
+    confirmation, and (for a new study) what its workers need, stored with its trials."""
+    data_cfg, _, grid_cfg, study_cfg = configs
+    parent = study.user_attrs.get(STUDY_PARENT, active.info.run_id)
+    if STUDY_PARENT not in study.user_attrs:
+        log_dataset(data, context="study")
+    token = RUN_TAGS.set({"mlflow.parentRunId": parent, STUDY_TAG: study_cfg.study_name})
+    try:
+        scores_run, scoring = scores_for(data_cfg, grid_cfg, data, study.user_attrs.get(SCORES_ATTR, ""))
+    finally:
+        RUN_TAGS.reset(token)
+    runs = study_runs(configs, parent, scores_run, data)
+    if study_cfg.phase == "confirm":
+        register(mlflow.MlflowClient(), parent, preregistration(configs, runs))
+    if STUDY_PARENT not in study.user_attrs:
+        for key, value in {
+            DEFINITION_ATTR: definition(*configs),
+            SCORES_ATTR: scores_run,
+            FLOPS_ATTR: runs.reference_flops,
+            STUDY_EXPERIMENT: active.info.experiment_id,
+            STUDY_PARENT: parent,  # last: workers wait for it
+        }.items():
+            study.set_user_attr(key, value)
+    return runs, scoring
+
+
+def train_grid(study: optuna.Study, configs: tuple, runs: StudyRuns, url: str) -> list[str]:
+    """Queue the missing cells and train them: in ``--workers`` processes, then here whatever
+    they left or lost (a dead worker's cell, once its heartbeat is stale); the cells missing."""
+    data_cfg, train_cfg, grid_cfg, study_cfg = configs
+    grid = cells(*grid_cfg.parsed())
+    queued = queue.enqueue_missing(study, grid)
+    click.echo(
+        f"study {study_cfg.study_name!r}: {len(grid)} cells, {len(grid) - len(queued)} finished or "
+        f"under way, {len(queued)} queued; parent run {runs.parent_run_id}; cells in {redact(url)}",
+        err=True,
+    )
+    if study_cfg.workers > 1:
+        worker_cfg = dataclasses.replace(study_cfg, storage=url, worker=True, workers=1)
+        argv = to_argv(data_cfg, train_cfg, grid_cfg, worker_cfg)
+        workers.run_worker_processes("pipeline.study", argv, study_cfg.workers, WORKER_INDEX_ENV)
+    queue.work(study, trainer(runs))
+    done = queue.finished(study)
+    return [c.key for c in grid if c.key not in done]
+
+
+def run(
+    data_cfg: DataConfig, train_cfg: TrainConfig, grid_cfg: GridConfig, study_cfg: StudyConfig
+) -> pd.DataFrame | None:
+    configs = (data_cfg, train_cfg, grid_cfg, study_cfg)
+    train_cfg.validate()
+    study_cfg.validate()
+    seeds = grid_cfg.parsed()[2]
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # each cell prints its own line
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one line a cell
+    url = study_cfg.storage.strip() or default_storage(mlflow.get_tracking_uri())
+    if study_cfg.worker:
+        return _join(url, configs)
+    if study_cfg.phase == "confirm":  # before anything is created or trained
+        check_confirm_seeds(seeds, screened_seeds(study_cfg.study_name))
+    data = load_data(data_cfg)  # never the test split
+    study = open_checked(url, configs)
+    parent = study.user_attrs.get(STUDY_PARENT)
+    with tracked_run(
+        ENTRY_POINT,
+        {**flat_params(*configs), "storage": redact(url)},
+        run_name=study_cfg.run_name or f"study-{study_cfg.study_name}",
+        run_id=parent if parent and not os.environ.get("MLFLOW_RUN_ID") else None,
+        tags={STUDY_TAG: study_cfg.study_name, PHASE_TAG: study_cfg.phase, "optuna_storage": redact(url)},
+        experiment_name=study_cfg.experiment_name,
+    ) as active:
+        runs, scoring = set_up(study, configs, data, active)
+        missing = train_grid(study, configs, runs, url)
+        if study_cfg.phase == "confirm":
+            results.evaluate_once(queue.finished(study), runs)
+        table = results.log_report(study, configs, runs, scoring)
+        if missing:
+            raise click.ClickException(
+                f"{len(missing)} cell(s) did not finish ({', '.join(missing[:4])}"
+                f"{', ...' if len(missing) > 4 else ''}): their errors are above; run the study "
+                "again to retry them"
+            )
+    return table
+
+
+def _join(url: str, configs: tuple) -> None:
+    """``--worker true``: take cells of a study that another process created."""
+    _, _, _, study_cfg = configs
+    signal.signal(signal.SIGTERM, raise_terminated)  # a stopped worker closes its cell's run
+    deadline = time.monotonic() + study_cfg.wait_s
+    while True:
+        try:
+            study = queue.open_queue(url, study_cfg, create=False)
+            if STUDY_PARENT in study.user_attrs:
+                break
+        except KeyError:  # not created yet
+            pass
+        if time.monotonic() > deadline:
+            raise ConfigError(
+                f"study {study_cfg.study_name!r} did not appear in {redact(url)} within --wait-s "
+                f"{study_cfg.wait_s}: start `python -m pipeline.study` without --worker first"
+            )
+        time.sleep(2)
+    if study.user_attrs[DEFINITION_ATTR] != definition(*configs):
+        raise ConfigError(
+            f"this worker's options differ from study {study_cfg.study_name!r}'s: pass the options "
+            "it was created with"
+        )
+    check_parent(study)
+    runs = study_runs(configs, study.user_attrs[STUDY_PARENT], study.user_attrs[SCORES_ATTR])
+    queue.work(study, trainer(runs))
+
+
+@click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)
+@config_options(*CONFIGS)
+@main_guard
+def main(**values) -> None:
+    table = run(*(build_config(cls, values) for cls in CONFIGS))
+    if table is not None and len(table):
+        columns = [
+            "comparison",
+            "n",
+            "diff_points",
+            "ci_low_points",
+            "ci_high_points",
+            "p_holm",
+            "label",
+            "verdict",
+        ]
+        click.echo(table[columns].to_string(index=False, float_format=lambda v: f"{v:+.2f}"))

@@ -1,0 +1,75 @@
+"""study's options: the grid's (``GridConfig``) and the study's (``StudyConfig``), beside the
+data and training options (the recipe every arm shares). Imports none of the study's modules
+but the grid and the protocol."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.cli import ConfigError, opt
+from pipeline.study.grid import ARMS, parse_arms, parse_budget, parse_seeds
+from pipeline.study.protocol import PHASES
+
+ENTRY_POINT = "study"
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    arms: str = opt("static,dynamic", f"arms, comma-separated: {', '.join(ARMS)} (static is the reference)")
+    budgets: str = opt(
+        "epochs,flops:0.5,flops:1,seconds",
+        "budgets, comma-separated: epochs (--epochs each), flops:F (F times the training FLOPs of "
+        "static at --epochs, the reference run) or seconds (the same seed's reference run's "
+        "seconds that trained)",
+    )
+    seeds: str = opt("", "seeds, e.g. 300-304 or 300,302 (required)")
+    start_spec: str = opt("minimal", "the growing arms' start network (name, JSON file or string)")
+    schedule: str = opt("default", "the growth schedule; static trains the network it ends in")
+    scores_run: str = opt("auto", "score_difficulty run id or runs:/ URI; auto: the newest one for this data")
+
+    def parsed(self):
+        return (
+            parse_arms(self.arms),
+            tuple(parse_budget(b) for b in self.budgets.split(",")),
+            parse_seeds(self.seeds),
+        )
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    study_name: str = opt("study", "the study's name; running it again trains only its missing cells")
+    phase: str = opt(
+        "screen",
+        "screen (validation accuracy only; its seeds become tuning seeds) or confirm (test "
+        "accuracy through evaluate, once per run; preregistered; refuses seeds a screen used)",
+    )
+    storage: str = opt(
+        "",
+        "Optuna storage URL that hands out the cells (sqlite:///f.db, postgresql://...); empty: "
+        "optuna.db by the MLflow store",
+    )
+    workers: int = opt(1, "worker processes on this machine, each training one cell at a time")
+    worker: bool = opt(False, "join an existing study as worker(s) only: no parent run or report of its own")
+    heartbeat_interval: int = opt(30, "seconds between a worker's heartbeats for its cell")
+    grace_period: int = opt(120, "seconds without a heartbeat after which a cell is failed and queued again")
+    max_retry: int = opt(3, "times a cell whose worker died is queued again")
+    wait_s: float = opt(600.0, "with --worker: seconds to wait for the study to appear")
+    run_name: str = opt("", "MLflow run name of the study's parent run; empty: study-<name>")
+    experiment_name: str = opt("", "MLflow experiment of the study and its cells; empty: growing-cnn")
+
+    def validate(self) -> StudyConfig:
+        if self.phase not in PHASES:
+            raise ConfigError(f"--phase {self.phase!r}: use one of {', '.join(PHASES)}")
+        if not self.study_name.strip():
+            raise ConfigError("--study-name is empty: name the study")
+        if self.workers < 1:
+            raise ConfigError(f"--workers must be at least 1, got {self.workers}")
+        if self.heartbeat_interval < 1 or self.grace_period <= self.heartbeat_interval:
+            raise ConfigError(
+                f"--grace-period {self.grace_period} must exceed --heartbeat-interval "
+                f"{self.heartbeat_interval} "
+                "(both positive seconds), or a live worker's cell would be taken from it"
+            )
+        if self.max_retry < 0:
+            raise ConfigError(f"--max-retry must be 0 or more, got {self.max_retry}")
+        return self

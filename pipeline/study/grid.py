@@ -1,0 +1,198 @@
+"""A study's grid: its arms (what trains), its budgets (how long) and its seeds, and the cells
+they make, one training run each. Pure: no MLflow, no Optuna, no data.
+
+Budgets are relative to the study's reference cell, static at ``--epochs`` of the same seed:
+
+- ``epochs``: ``--epochs`` each, the arms' equal-epochs comparison;
+- ``flops:F``: F times the reference run's training FLOPs (computed before training: they are
+  a function of the network and the data), so ``flops:1`` is equal compute;
+- ``seconds``: the seconds that trained of the same seed's reference run (``--budget
+  run:ID:s``), the comparison at equal wall-clock on this machine; the static arm has none (its
+  reference is that run).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pipeline.cli import ConfigError
+
+REFERENCE_ARM = "static"
+REFERENCE_BUDGET = "epochs"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm: the training step it runs and the options it sets on top of the study's."""
+
+    name: str
+    kind: str  # "static" (train_static on the network the growth ends in) or "dynamic"
+    about: str
+    curriculum: dict = field(default_factory=dict)  # the dynamic arm's DynamicCurriculumConfig options
+    growth: dict = field(default_factory=dict)  # GrowthConfig options over the study's
+    train: dict = field(default_factory=dict)  # TrainConfig options over the study's recipe
+
+
+# One registry of the arms a study can train; a lever is one more entry here.
+ARMS: dict[str, Arm] = {
+    arm.name: arm
+    for arm in (
+        Arm("static", "static", "the network the growth ends in, trained whole from the start"),
+        Arm("dynamic", "dynamic", "the growing network with the default curriculum"),
+        Arm(
+            "dynamic-random",
+            "dynamic",
+            "the curriculum's control: the same pacing and pruning, examples in a random order",
+            curriculum={"order": "random"},
+        ),
+        Arm(
+            "dynamic-growth-only",
+            "dynamic",
+            "growth alone: every example every epoch, no pruning",
+            curriculum={"pacing": "none", "prune": 0.0},
+        ),
+        Arm(
+            "dynamic-preserve",
+            "dynamic",
+            "new layers start as identities (a zero batchnorm scale in a residual block)",
+            growth={"growth_init": "preserve"},
+        ),
+    )
+}
+
+
+@dataclass(frozen=True, order=True)
+class Budget:
+    kind: str  # epochs, flops or seconds
+    fraction: float = 1.0  # of the reference run's FLOPs (flops only)
+
+    @property
+    def label(self) -> str:
+        return f"flops:{self.fraction:g}" if self.kind == "flops" else self.kind
+
+
+def parse_budget(text: str) -> Budget:
+    text = text.strip()
+    if text in ("epochs", "seconds"):
+        return Budget(text)
+    kind, _, value = text.partition(":")
+    if kind == "flops":
+        try:
+            fraction = float(value)
+        except ValueError:
+            fraction = math.nan
+        if math.isfinite(fraction) and fraction > 0:
+            return Budget("flops", fraction)
+    raise ConfigError(
+        f"--budgets: {text!r} is not a budget; use epochs, seconds or flops:F with F > 0 "
+        "(a share of the static reference run's FLOPs)"
+    )
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """``300-304``, ``300,302`` or a mix (``300-302,310``); each seed once, in order."""
+    seeds: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        first, dash, last = part.partition("-")
+        try:
+            span = range(int(first), int(last) + 1) if dash else [int(first)]
+        except ValueError:
+            raise ConfigError(f"--seeds {text!r}: {part!r} is not a seed or a range like 300-304") from None
+        seeds.extend(s for s in span if s not in seeds)
+    if not seeds:
+        raise ConfigError("--seeds is empty: name the seeds the study trains, e.g. 300-304")
+    if any(not 0 <= s < 2**32 for s in seeds):
+        raise ConfigError(f"--seeds {text!r}: seeds must be in 0 .. 2^32 - 1")
+    return tuple(seeds)
+
+
+def parse_arms(text: str) -> tuple[Arm, ...]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ARMS]
+    if unknown:
+        raise ConfigError(f"--arms: unknown arm {unknown[0]!r} (known: {', '.join(ARMS)})")
+    if REFERENCE_ARM not in names:
+        raise ConfigError(f"--arms {text!r}: include {REFERENCE_ARM}, the reference every budget is set by")
+    return tuple(ARMS[n] for n in dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class Cell:
+    arm: str
+    budget: Budget
+    seed: int
+
+    @property
+    def key(self) -> str:
+        """The cell's name in the store: ``dynamic@flops:0.5#300``."""
+        return f"{self.arm}@{self.budget.label}#{self.seed}"
+
+    @property
+    def reference(self) -> Cell:
+        return Cell(REFERENCE_ARM, Budget(REFERENCE_BUDGET), self.seed)
+
+    @property
+    def needs_reference_run(self) -> bool:
+        """Its budget is the reference run's seconds, so that run must have finished first."""
+        return self.budget.kind == "seconds"
+
+    @staticmethod
+    def from_key(key: str) -> Cell:
+        arm, _, rest = key.partition("@")
+        budget, _, seed = rest.rpartition("#")
+        return Cell(arm, parse_budget(budget), int(seed))
+
+
+def cells(arms: tuple[Arm, ...], budgets: tuple[Budget, ...], seeds: tuple[int, ...]) -> list[Cell]:
+    """Every cell of the grid, in the order workers should take them: each seed's reference
+    first (the seconds cells wait for it), then the other cells seed by seed, the seconds cells
+    last (by then their references have long finished)."""
+    budgets = tuple(dict.fromkeys((Budget(REFERENCE_BUDGET), *budgets)))
+    grid = [
+        Cell(arm.name, budget, seed)
+        for seed in seeds
+        for arm in arms
+        for budget in budgets
+        if not (arm.kind == "static" and budget.kind == "seconds")
+    ]
+    return sorted(grid, key=lambda c: (c != c.reference, c.needs_reference_run, seeds.index(c.seed)))
+
+
+def budget_option(cell: Cell, reference_flops: float, reference_run_id: str) -> str:
+    """The training step's ``--budget`` for a cell ('' trains ``--epochs``)."""
+    if cell.budget.kind == "epochs":
+        return ""
+    if cell.budget.kind == "flops":
+        return f"{cell.budget.fraction * reference_flops:.17g}flops"
+    if not reference_run_id:
+        raise ValueError(f"cell {cell.key} needs its reference run's id")
+    return f"run:{reference_run_id}:s"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One arm at one budget against the static run it is matched to, paired by seed."""
+
+    arm: str
+    budget: Budget
+    against: Budget  # the static arm's budget it is set against
+
+    @property
+    def name(self) -> str:
+        return f"{self.arm}@{self.budget.label} vs static@{self.against.label}"
+
+
+def comparisons(arms: tuple[Arm, ...], budgets: tuple[Budget, ...]) -> list[Comparison]:
+    """Every arm but static, at every budget, against static at the same budget where static
+    trains at it (equal epochs, equal FLOPs), else against the reference run (at its seconds:
+    equal wall-clock)."""
+    static_budgets = {b for b in (Budget(REFERENCE_BUDGET), *budgets) if b.kind != "seconds"}
+    out = []
+    for arm in arms:
+        if arm.kind == "static":
+            continue
+        for budget in dict.fromkeys((Budget(REFERENCE_BUDGET), *budgets)):
+            against = budget if budget in static_budgets else Budget(REFERENCE_BUDGET)
+            out.append(Comparison(arm.name, budget, against))
+    return out

@@ -1,0 +1,151 @@
+"""The cells of a study handed out through Optuna's storage: each cell is an enqueued trial,
+so any number of workers, on this machine or others that reach the same storage, take cells
+one at a time with Optuna's own locking, heartbeats and retries (as tune's trials do). A
+worker killed mid-cell stops its heartbeat; after the grace period another worker fails that
+trial, closes its MLflow run FAILED and queues the cell again. A cell counts once: by its first
+COMPLETE trial.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+
+import click
+import optuna
+from optuna.trial import TrialState
+
+from models.errors import UserError
+from pipeline.study.grid import Cell
+from pipeline.tracking.errors import one_line
+from pipeline.tune.report import ATTR_RUN_ID
+from pipeline.tune.study import make_storage
+
+CELL_ATTR = "study_cell"
+DEFERRED_ATTR = "deferred"  # a seconds cell whose reference had not finished: queued again
+IDLE_ATTR = "idle"  # a worker found nothing left to take; the trial trained nothing
+ERROR_ATTR = "cell_error"
+LIVE = (TrialState.WAITING, TrialState.RUNNING)
+
+
+def open_queue(url: str, cfg, create: bool) -> optuna.Study:
+    """The study's trials in ``url`` (``cfg``: heartbeat_interval, grace_period, max_retry)."""
+    storage = make_storage(url, cfg)
+    kwargs = {"study_name": cfg.study_name, "storage": storage, "sampler": optuna.samplers.RandomSampler()}
+    if not create:
+        return optuna.load_study(**kwargs)
+    return optuna.create_study(direction="maximize", load_if_exists=True, **kwargs)
+
+
+def cell_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The trials that are cells (not idle, not deferred), in trial order."""
+    return [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if CELL_ATTR in t.user_attrs and not t.user_attrs.get(DEFERRED_ATTR)
+    ]
+
+
+def finished(study: optuna.Study) -> dict[str, str]:
+    """cell key -> the MLflow run id of its first COMPLETE trial."""
+    out: dict[str, str] = {}
+    for t in cell_trials(study):
+        if t.state == TrialState.COMPLETE:
+            out.setdefault(t.user_attrs[CELL_ATTR], t.user_attrs[ATTR_RUN_ID])
+    return out
+
+
+def counted_twice(study: optuna.Study) -> list[str]:
+    """Cells with more than one COMPLETE trial (a worker presumed dead that finished after
+    all); the report counts only the first."""
+    seen: dict[str, int] = {}
+    for t in cell_trials(study):
+        if t.state == TrialState.COMPLETE:
+            seen[t.user_attrs[CELL_ATTR]] = seen.get(t.user_attrs[CELL_ATTR], 0) + 1
+    return sorted(k for k, n in seen.items() if n > 1)
+
+
+def enqueue_missing(study: optuna.Study, cells: list[Cell]) -> list[Cell]:
+    """Queue every cell with no COMPLETE, waiting or running trial (new cells, and cells that
+    failed earlier: running the study again retries them); the cells queued."""
+    taken = {
+        t.user_attrs[CELL_ATTR]
+        for t in cell_trials(study)
+        if t.state == TrialState.COMPLETE or t.state in LIVE
+    }
+    missing = [c for c in cells if c.key not in taken]
+    for cell in missing:
+        study.enqueue_trial({}, user_attrs={CELL_ATTR: cell.key})
+    return missing
+
+
+class NotReady(Exception):
+    """A seconds cell's reference run has not finished yet."""
+
+
+def reference_run(study: optuna.Study, cell: Cell) -> str:
+    """The finished reference run of ``cell``; NotReady while it is queued or training, a
+    UserError once it failed for good."""
+    key = cell.reference.key
+    done = finished(study).get(key)
+    if done:
+        return done
+    if any(t.user_attrs[CELL_ATTR] == key and t.state in LIVE for t in cell_trials(study)):
+        raise NotReady(key)
+    raise UserError(f"cell {cell.key} trains for the seconds of {key}, which failed: run the study again")
+
+
+def work(
+    study: optuna.Study,
+    train: Callable[[Cell, int, str], tuple[str, float]],
+    poll_s: float = 5.0,
+    log: Callable[[str], None] = lambda line: click.echo(line, err=True),
+) -> list[str]:
+    """Take cells until none is queued or training anywhere; the keys of cells that failed
+    here. ``train(cell, trial_number, reference_run_id)`` trains one and returns its run id and
+    its value (validation accuracy)."""
+    failed: list[str] = []
+
+    def objective(trial: optuna.Trial) -> float:
+        key = trial.user_attrs.get(CELL_ATTR)
+        if key is None:  # another worker took the last queued cell between our look and our ask
+            trial.set_user_attr(IDLE_ATTR, True)
+            raise optuna.TrialPruned("nothing left to train")
+        trial.set_user_attr(ATTR_RUN_ID, "")  # a retry's run is its own, not the dead worker's
+        cell = Cell.from_key(key)
+        reference = ""
+        if cell.needs_reference_run:
+            try:
+                reference = reference_run(study, cell)
+            except NotReady:
+                time.sleep(poll_s)  # its reference trains elsewhere or waits behind this cell
+                trial.set_user_attr(DEFERRED_ATTR, True)
+                study.enqueue_trial({}, user_attrs={CELL_ATTR: key})
+                raise optuna.TrialPruned(f"{cell.reference.key} has not finished; queued again") from None
+        started = time.perf_counter()
+        try:
+            run_id, value = train(cell, trial.number, reference)
+        except Exception as err:
+            trial.set_user_attr(ERROR_ATTR, one_line(err))
+            failed.append(key)
+            log(f"cell {key}: FAILED: {one_line(err)}")
+            if not isinstance(err, UserError):
+                log(traceback.format_exc())
+            raise
+        trial.set_user_attr(ATTR_RUN_ID, run_id)
+        log(f"cell {key}: val/acc {value:.4f} in {time.perf_counter() - started:.0f} s (run {run_id})")
+        return value
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        while True:
+            optuna.storages.fail_stale_trials(study)
+            states = [t.state for t in study.get_trials(deepcopy=False)]
+            if TrialState.WAITING in states:
+                study.optimize(objective, n_trials=1, catch=(Exception,))
+            elif TrialState.RUNNING in states:
+                time.sleep(poll_s)  # cells training elsewhere: stay to retry one whose worker dies
+            else:
+                return failed

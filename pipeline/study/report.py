@@ -1,0 +1,207 @@
+"""A study's report from its cells' rows: per comparison the paired difference with its
+interval, Holm's correction across the study, the label (confirmatory or exploratory), FLOPs
+and seconds as spent, health counts, per tier, where each growing arm reaches static's
+accuracy, and the cost-frontier figure. Pure: rows in, tables and files out; no MLflow.
+
+A row is one finished cell: ``cell, arm, budget, seed, run_id, acc`` (the phase's metric:
+validation or test accuracy), ``trained_s``, ``flops``, ``epochs``, ``health``, ``dip`` and
+``acc_<tier>`` per difficulty tier.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from pipeline.data.tiers import TIER_NAMES
+from pipeline.report.stats import paired_test, summary
+from pipeline.study.grid import REFERENCE_ARM, REFERENCE_BUDGET, Comparison
+from pipeline.study.protocol import ALPHA, holm
+
+
+def _paired(rows: pd.DataFrame, arm: str, budget: str, against: str, column: str) -> tuple[list, list, list]:
+    a = rows[(rows.arm == arm) & (rows.budget == budget)].set_index("seed")
+    b = rows[(rows.arm == REFERENCE_ARM) & (rows.budget == against)].set_index("seed")
+    seeds = sorted(set(a.index) & set(b.index))
+    return seeds, [a.loc[s, column] for s in seeds], [b.loc[s, column] for s in seeds]
+
+
+def _ratio(rows: pd.DataFrame, c: Comparison, column: str) -> dict:
+    _, a, b = _paired(rows, c.arm, c.budget.label, c.against.label, column)
+    return summary([x / y for x, y in zip(a, b) if y])
+
+
+def compare(rows: pd.DataFrame, comparisons: list[Comparison], label: str) -> pd.DataFrame:
+    """One line per comparison: the arm minus static in points, paired by seed, with the 95%
+    t interval, the paired t test's p and its Holm adjustment over all lines, the seconds and
+    FLOPs ratios as spent and each tier's difference."""
+    lines = []
+    for c in comparisons:
+        seeds, a, b = _paired(rows, c.arm, c.budget.label, c.against.label, "acc")
+        test = paired_test(a, b)
+        line = {
+            "comparison": c.name,
+            "arm": c.arm,
+            "budget": c.budget.label,
+            "against": f"static@{c.against.label}",
+            "seeds": ",".join(str(s) for s in seeds),
+            "n": test["n"],
+            "diff_points": 100 * test["mean_diff"],
+            "ci_low_points": 100 * test["ci_low"],
+            "ci_high_points": 100 * test["ci_high"],
+            "p_t": test["p_t"],
+            "ahead": sum(x > y for x, y in zip(a, b)),
+            "seconds_ratio": _ratio(rows, c, "trained_s")["mean"],
+            "flops_ratio": _ratio(rows, c, "flops")["mean"],
+            "label": label,
+        }
+        for tier in TIER_NAMES:
+            column = f"acc_{tier}"
+            if column in rows:
+                _, ta, tb = _paired(rows, c.arm, c.budget.label, c.against.label, column)
+                line[f"diff_points_{tier}"] = 100 * paired_test(ta, tb)["mean_diff"]
+        lines.append(line)
+    table = pd.DataFrame(lines)
+    if len(table):
+        table["p_holm"] = holm(list(table["p_t"]))
+        table["verdict"] = [verdict(r) for r in table.to_dict("records")]
+    return table
+
+
+def verdict(line: dict) -> str:
+    """In words, read against Holm's adjusted p at ``ALPHA`` (too few seeds: no verdict)."""
+    if line["n"] < 2 or not math.isfinite(line["p_holm"]):
+        return "too few seeds to tell"
+    if line["p_holm"] >= ALPHA:
+        return "no difference shown"
+    return "arm ahead" if line["diff_points"] > 0 else "static ahead"
+
+
+def health(rows: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """Per arm and budget, runs per health verdict: said before any mean."""
+    out: dict[str, dict[str, int]] = {}
+    for (arm, budget), group in rows.groupby(["arm", "budget"], sort=False):
+        out[f"{arm}@{budget}"] = {
+            str(k): int(v) for k, v in group["health"].fillna("unjudged").value_counts().items()
+        }
+    return out
+
+
+def frontier(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per arm and budget: mean accuracy, seconds that trained and FLOPs over seeds."""
+    points = []
+    for (arm, budget), group in rows.groupby(["arm", "budget"], sort=False):
+        acc = summary(group["acc"])
+        points.append(
+            {
+                "arm": arm,
+                "budget": budget,
+                "n": acc["n"],
+                "acc": acc["mean"],
+                "acc_ci_low": acc["ci_low"],
+                "acc_ci_high": acc["ci_high"],
+                "trained_s": float(group["trained_s"].mean()),
+                "flops": float(group["flops"].mean()),
+                "epochs": float(group["epochs"].mean()),
+            }
+        )
+    return pd.DataFrame(points)
+
+
+def seconds_to_reach(points: pd.DataFrame) -> dict[str, float]:
+    """Per growing arm, the seconds at which its mean frontier (piecewise linear in seconds)
+    first reaches the reference run's mean accuracy, as a multiple of the reference's seconds;
+    NaN where it never does."""
+    ref = points[(points.arm == REFERENCE_ARM) & (points.budget == REFERENCE_BUDGET)]
+    if ref.empty:
+        return {}
+    target, ref_s = float(ref["acc"].iloc[0]), float(ref["trained_s"].iloc[0])
+    out = {}
+    for arm, group in points[points.arm != REFERENCE_ARM].groupby("arm", sort=False):
+        group = group.sort_values("trained_s")
+        xs, ys = list(group["trained_s"]), list(group["acc"])
+        reached = math.nan
+        for i, (x, y) in enumerate(zip(xs, ys)):
+            if y >= target:
+                reached = (
+                    x if i == 0 else xs[i - 1] + (x - xs[i - 1]) * (target - ys[i - 1]) / (y - ys[i - 1])
+                )
+                break
+        out[arm] = reached / ref_s
+    return out
+
+
+def figure(points: pd.DataFrame, path: Path, title: str, metric: str) -> Path:
+    """Accuracy against seconds that trained and against FLOPs (a multiple of the reference
+    run's), one line per arm through its budgets, 95% intervals as bars."""
+    ref = points[(points.arm == REFERENCE_ARM) & (points.budget == REFERENCE_BUDGET)]
+    ref_flops = float(ref["flops"].iloc[0]) if len(ref) else 1.0
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), constrained_layout=True)
+    for ax, key, scale, xlabel in (
+        (axes[0], "trained_s", 1.0, "seconds that trained (s)"),
+        (axes[1], "flops", 1.0 / ref_flops, "training FLOPs, multiple of static's at --epochs"),
+    ):
+        for k, (arm, group) in enumerate(points.groupby("arm", sort=False)):
+            group = group.sort_values(key)
+            ys = 100 * group["acc"]
+            err = (100 * (group["acc_ci_high"] - group["acc"])).fillna(0.0)
+            ax.errorbar(scale * group[key], ys, yerr=err, marker="o", capsize=3, color=f"C{k}", label=arm)
+            for x, y, budget in zip(scale * group[key], ys, group["budget"]):
+                ax.annotate(
+                    budget, (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7, color=f"C{k}"
+                )
+        ax.set(xlabel=xlabel, ylabel=f"{metric} (%), mean over seeds")
+        ax.grid(alpha=0.3)
+    axes[1].set_xscale("log")
+    multiple = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x")
+    axes[1].xaxis.set_major_formatter(multiple)
+    axes[1].xaxis.set_minor_formatter(multiple)
+    axes[1].tick_params(axis="x", which="minor", labelsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=max(1, len(labels)), frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def markdown(summary_doc: dict, table: pd.DataFrame) -> str:
+    """The report's text: what was compared on what, then one line per comparison."""
+    lines = [
+        f"# Study {summary_doc['study']} ({summary_doc['phase']}): {summary_doc['label']}",
+        "",
+        f"Metric: {summary_doc['metric']}, paired by seed over seeds {summary_doc['seeds']}; "
+        f"correction: Holm over the {len(table)} comparisons (alpha {ALPHA}).",
+        f"Reference: static at {summary_doc['epochs']} epochs ({summary_doc['static_spec']}).",
+        f"Health (runs per verdict): {json.dumps(summary_doc['health'])}",
+        "",
+        "| comparison | seeds | arm - static, points (95% CI) | ahead | p (Holm) | seconds | FLOPs "
+        "| verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table.to_dict("records"):
+        lines.append(
+            f"| {r['comparison']} | {r['n']} | {r['diff_points']:+.2f} ({r['ci_low_points']:+.2f} to "
+            f"{r['ci_high_points']:+.2f}) | {r['ahead']} of {r['n']} | {r['p_holm']:.3f} | "
+            f"{r['seconds_ratio']:.2f}x | {r['flops_ratio']:.2f}x | {r['verdict']} |"
+        )
+    reach = summary_doc.get("seconds_to_reach_static", {})
+    for arm, ratio in reach.items():
+        said = f"{ratio:.2f}x static's seconds" if math.isfinite(ratio) else "at none of its budgets"
+        lines.append(
+            f"\n{arm} reaches static's mean {summary_doc['metric']} {said} (from the means; exploratory)."
+        )
+    if summary_doc.get("scoring"):
+        s = summary_doc["scoring"]
+        lines.append(
+            f"\nScoring difficulty (run {s['run']}) cost {s['seconds']:.0f} s, charged once to the study."
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,117 @@
+"""A study's results in the tracking store: its finished cells' rows read from their runs,
+test accuracy through evaluate (a confirmation's, once per run), and the report logged on the
+parent run (``study/``: report.md, comparisons.csv, cells.csv, frontier.csv and .png, study.json)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import mlflow
+import optuna
+import pandas as pd
+from mlflow.entities import Metric
+
+from pipeline import evaluate
+from pipeline.data.tiers import TIER_NAMES
+from pipeline.study import queue, report
+from pipeline.study.cell import PHASE_TAG, STUDY_TAG, StudyRuns, static_description
+from pipeline.study.grid import comparisons
+from pipeline.study.protocol import METRIC, label
+from pipeline.tracking.artifacts import scratch_dir
+from pipeline.tracking.runs import RUN_TAGS
+
+
+def rows(finished: dict[str, str], phase: str) -> pd.DataFrame:
+    """One row per finished cell, read from its run (see pipeline/study/report.py)."""
+    client, prefix = mlflow.MlflowClient(), METRIC[phase].split("/")[0]
+    out = []
+    for key, run_id in finished.items():
+        run = client.get_run(run_id)
+        m = run.data.metrics
+        out.append(
+            {
+                "cell": key,
+                "arm": run.data.tags["study_arm"],
+                "budget": run.data.tags["study_budget"],
+                "seed": int(run.data.params["seed"]),
+                "run_id": run_id,
+                "acc": m.get(METRIC[phase], float("nan")),
+                "val_acc": m.get("val/acc", float("nan")),
+                "trained_s": m.get("time/trained_s", float("nan")),
+                "flops": m.get("train/flops_cumulative", float("nan")),
+                "epochs": len(client.get_metric_history(run_id, "val/acc")),
+                "health": run.data.tags.get("health", ""),
+                "dip": m.get("growth/dip_worst", float("nan")),
+                **{f"acc_{t}": m.get(f"{prefix}/acc_{t}", float("nan")) for t in TIER_NAMES},
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def evaluate_once(finished: dict[str, str], runs: StudyRuns) -> None:
+    """Test accuracy for every cell that has none yet, through evaluate (a child of the study):
+    each run reads the test split once."""
+    client = mlflow.MlflowClient()
+    todo = [r for r in finished.values() if "test/acc" not in client.get_run(r).data.metrics]
+    if not todo:
+        return
+    token = RUN_TAGS.set(
+        {"mlflow.parentRunId": runs.parent_run_id, STUDY_TAG: runs.study, PHASE_TAG: runs.phase}
+    )
+    try:
+        evaluate.run(
+            evaluate.EvaluateConfig(
+                runs=",".join(todo), run_name=f"{runs.study}-evaluate", experiment_name=runs.experiment_name
+            )
+        )
+    finally:
+        RUN_TAGS.reset(token)
+
+
+def log_report(study: optuna.Study, configs: tuple, runs: StudyRuns, scoring: dict) -> pd.DataFrame:
+    """The study's report on its parent run (``study/``); the comparison table."""
+    _, train_cfg, grid_cfg, study_cfg = configs
+    arms, budgets, seeds = grid_cfg.parsed()
+    done = queue.finished(study)
+    table_rows = rows(done, study_cfg.phase)
+    preregistered = study_cfg.phase == "confirm"
+    table = report.compare(
+        table_rows, comparisons(arms, budgets), label(study_cfg.phase, seeds, preregistered)
+    )
+    points = report.frontier(table_rows)
+    doc = {
+        "study": study_cfg.study_name,
+        "phase": study_cfg.phase,
+        "label": label(study_cfg.phase, seeds, preregistered),
+        "metric": METRIC[study_cfg.phase],
+        "seeds": ",".join(str(s) for s in seeds),
+        "epochs": train_cfg.epochs,
+        "static_spec": static_description(runs),
+        "health": report.health(table_rows),
+        "seconds_to_reach_static": report.seconds_to_reach(points),
+        "scoring": scoring,
+        "cells_finished": len(done),
+        "cells_counted_twice": queue.counted_twice(study),
+    }
+    client = mlflow.MlflowClient()
+    with scratch_dir() as tmp:
+        folder = tmp / "study"
+        folder.mkdir()
+        table_rows.to_csv(folder / "cells.csv", index=False)
+        table.to_csv(folder / "comparisons.csv", index=False)
+        points.to_csv(folder / "frontier.csv", index=False)
+        (folder / "study.json").write_text(json.dumps(doc, indent=2, default=str))
+        (folder / "report.md").write_text(report.markdown(doc, table))
+        title = f"study {study_cfg.study_name} ({doc['label']}), seeds {doc['seeds']}, {doc['metric']}"
+        report.figure(points, folder / "frontier.png", title, doc["metric"])
+        client.log_artifacts(runs.parent_run_id, str(folder), "study")
+    now = int(time.time() * 1000)
+    metrics = [Metric("study/cells_finished", len(done), now, 0)]
+    for line in table.to_dict("records"):
+        name = f"{line['arm']}/{line['budget'].replace(':', '')}"
+        metrics += [Metric(f"compare/{name}/diff_points", line["diff_points"], now, 0)]
+        metrics += [Metric(f"compare/{name}/p_holm", line["p_holm"], now, 0)]
+    client.log_batch(runs.parent_run_id, metrics=[m for m in metrics if pd.notna(m.value)])
+    client.set_tag(runs.parent_run_id, "study_label", doc["label"])
+    return table

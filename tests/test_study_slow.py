@@ -1,0 +1,154 @@
+"""The study step end to end on a small real subset: a screen whose cells are child runs and
+whose second run trains nothing; a confirmation that refuses screened seeds, preregisters before
+training and reads the test split once per run; and a worker killed mid-cell whose cell trains
+again elsewhere, every cell finished exactly once."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import optuna
+import pytest
+from click.testing import CliRunner
+
+from pipeline import score_difficulty, study
+from pipeline.data.splits import REFUSE_TEST_ENV
+from pipeline.study import queue
+from pipeline.tune.study import STUDY_PARENT
+from tests.conftest import REPO, subprocess_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
+
+SMALL = ["--subset", "300", "--epochs", "3", "--arms", "static,dynamic"]
+
+
+def _children(parent: str) -> list:
+    return mlflow.search_runs(
+        search_all_experiments=True,
+        filter_string=f"tags.`mlflow.parentRunId` = '{parent}'",
+        output_format="list",
+    )
+
+
+def _trials(tmp_path, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+
+
+def test_a_screen_trains_its_grid_as_child_runs_once(tracking, tmp_path, monkeypatch):
+    runner = CliRunner()
+    args = [*SMALL, "--seeds", "50,51", "--budgets", "epochs,flops:0.5,seconds", "--study-name", "scr"]
+    scores = runner.invoke(score_difficulty.main, ["--subset", "300", "--epochs", "1"])
+    assert scores.exit_code == 0, scores.output  # it scores the test split to cut its tiers
+    monkeypatch.setenv(REFUSE_TEST_ENV, "1")  # a screen never reads the test split
+    first = runner.invoke(study.main, args)
+    assert first.exit_code == 0, first.output
+    trials = _trials(tmp_path, "scr")
+    parent = trials.user_attrs[STUDY_PARENT]
+    cells = {r.data.tags["study_cell"]: r for r in _children(parent) if "study_cell" in r.data.tags}
+    assert sorted(cells) == sorted(
+        f"{arm}@{budget}#{seed}"
+        for seed in (50, 51)
+        for arm, budget in [("static", "epochs"), ("static", "flops:0.5")]
+        + [("dynamic", b) for b in ("epochs", "flops:0.5", "seconds")]
+    )
+    assert all(r.info.status == "FINISHED" for r in cells.values())
+    assert (
+        cells["dynamic@seconds#50"].data.params["budget"] == f"run:{cells['static@epochs#50'].info.run_id}:s"
+    )
+    assert queue.finished(trials) == {k: r.info.run_id for k, r in cells.items()}
+    assert "dynamic@seconds vs static@epochs" in first.output and "exploratory" in first.output
+    client = mlflow.MlflowClient()
+    artifacts = {a.path for a in client.list_artifacts(parent, "study")}
+    assert {"study/report.md", "study/comparisons.csv", "study/frontier.png"} <= artifacts
+    assert client.get_run(parent).data.tags["study_label"] == "exploratory"
+
+    again = runner.invoke(study.main, args)
+    assert again.exit_code == 0, again.output
+    assert "10 finished or under way, 0 queued" in again.output
+    assert len([r for r in _children(parent) if "study_cell" in r.data.tags]) == len(cells)
+
+    changed = runner.invoke(study.main, [*args[:-2], "--study-name", "scr", "--lr", "0.1"])
+    assert changed.exit_code == 2 and "created with other options (--lr)" in changed.output
+
+
+def test_a_confirmation_refuses_screened_seeds_and_preregisters_before_training(tracking, tmp_path):
+    runner = CliRunner()
+    screen = runner.invoke(study.main, [*SMALL, "--seeds", "60", "--budgets", "epochs", "--study-name", "s"])
+    assert screen.exit_code == 0, screen.output
+    refused = runner.invoke(
+        study.main, [*SMALL, "--seeds", "60,61", "--budgets", "epochs", "--phase", "confirm"]
+    )
+    assert refused.exit_code == 2
+    assert refused.output.strip().endswith("confirm on seeds that no screen study used")
+    gated = runner.invoke(study.main, [*SMALL, "--seeds", "722", "--budgets", "epochs", "--phase", "confirm"])
+    assert gated.exit_code == 2 and "seed 722 gated a choice" in gated.output
+
+    args = [*SMALL, "--seeds", "61,62", "--budgets", "epochs", "--phase", "confirm", "--study-name", "c"]
+    confirmed = runner.invoke(study.main, args)
+    assert confirmed.exit_code == 0, confirmed.output
+    parent = _trials(tmp_path, "c").user_attrs[STUDY_PARENT]
+    client = mlflow.MlflowClient()
+    path = client.download_artifacts(parent, "study/preregistration.json", str(tmp_path))
+    prereg = json.loads(Path(path).read_text())
+    assert client.get_run(parent).data.tags["preregistration"]
+    assert prereg["seeds"] == [61, 62] and prereg["metric"] == "test/acc" and prereg["correction"] == "holm"
+    assert prereg["comparisons"] == ["dynamic@epochs vs static@epochs"]
+    cells = [r for r in _children(parent) if "study_cell" in r.data.tags]
+    assert len(cells) == 4
+    evaluate_runs = [r for r in _children(parent) if r.data.tags.get("entry_point") == "evaluate"]
+    assert len(evaluate_runs) == 1
+    for run in cells:
+        assert "test/acc" in run.data.metrics
+        assert run.data.tags["evaluated_by"] == evaluate_runs[0].info.run_id
+        # preregistered before any cell trained: the tag's artifact was written first
+        assert run.info.start_time > client.get_run(parent).info.start_time
+    assert client.get_run(parent).data.tags["study_label"] == "confirmatory"
+    again = runner.invoke(study.main, args)  # nothing to train, nothing to evaluate again
+    assert again.exit_code == 0, again.output
+    assert len([r for r in _children(parent) if r.data.tags.get("entry_point") == "evaluate"]) == 1
+
+
+def test_a_worker_killed_mid_cell_loses_nothing_and_no_cell_counts_twice(tracking, tmp_path):
+    env = {**subprocess_env(tracking), "OMP_NUM_THREADS": "1"}
+    args = [
+        *SMALL, "--subset", "600", "--seeds", "70,71", "--budgets", "epochs,flops:0.5",
+        "--study-name", "k", "--heartbeat-interval", "1", "--grace-period", "4",
+    ]  # fmt: skip
+    command = [sys.executable, "-m", "pipeline.study", *args]
+    coordinator = subprocess.Popen(command, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    deadline = time.monotonic() + 300
+    while True:  # the worker joins once the study exists
+        try:
+            if STUDY_PARENT in optuna.load_study(study_name="k", storage=storage).user_attrs:
+                break
+        except KeyError:
+            pass
+        assert time.monotonic() < deadline and coordinator.poll() is None
+        time.sleep(0.5)
+    worker = subprocess.Popen([*command, "--worker", "true"], env=env, cwd=REPO)
+    running = []
+    while not running:  # kill it in the middle of its first cell
+        running = mlflow.search_runs(
+            search_all_experiments=True,
+            filter_string=f"tags.process_pid = '{worker.pid}' and attributes.status = 'RUNNING'",
+            output_format="list",
+        )
+        assert time.monotonic() < deadline and worker.poll() is None
+        time.sleep(0.2)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    _, err = coordinator.communicate(timeout=600)
+    assert coordinator.returncode == 0, err
+    trials = optuna.load_study(study_name="k", storage=storage)
+    complete = [t.user_attrs["study_cell"] for t in queue.cell_trials(trials) if t.state.name == "COMPLETE"]
+    assert sorted(complete) == sorted(set(complete)) and len(complete) == 2 * 4
+    killed = mlflow.MlflowClient().get_run(running[0].info.run_id)
+    assert killed.info.status == "FAILED"
+    assert killed.data.tags["study_cell"] in complete  # trained again, to completion, once

@@ -1,0 +1,147 @@
+"""The study step's pure parts: the grid (arms, budgets, seeds, cells, comparisons), the
+protocol (seeds that may confirm, Holm's correction, labels) and the report's arithmetic."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.cli import ConfigError
+from pipeline.study import grid, protocol, report
+from pipeline.study.grid import Budget, Cell
+
+
+def test_budgets_seeds_and_arms_parse_or_name_the_fix():
+    assert grid.parse_budget("flops:0.5") == Budget("flops", 0.5)
+    assert grid.parse_budget(" seconds ") == Budget("seconds")
+    assert grid.parse_seeds("300-302,310,301") == (300, 301, 302, 310)
+    for bad in ("flops:0", "flops:-1", "flops:nan", "flops:x", "minutes", "flops"):
+        with pytest.raises(ConfigError, match="--budgets"):
+            grid.parse_budget(bad)
+    for bad in ("", "3-x", "-5", "1,,a"):
+        with pytest.raises(ConfigError, match="--seeds"):
+            grid.parse_seeds(bad)
+    with pytest.raises(ConfigError, match="unknown arm 'dynamc'.*known: static"):
+        grid.parse_arms("static,dynamc")
+    with pytest.raises(ConfigError, match="include static"):
+        grid.parse_arms("dynamic")
+
+
+@given(
+    arm=st.sampled_from(list(grid.ARMS)),
+    budget=st.one_of(
+        st.sampled_from([Budget("epochs"), Budget("seconds")]),
+        st.floats(0.01, 10, allow_nan=False).map(lambda f: Budget("flops", f)),
+    ),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_a_cell_key_names_its_cell_exactly(arm, budget, seed):
+    cell = Cell(arm, budget, seed)
+    assert Cell.from_key(cell.key) == Cell(arm, grid.parse_budget(budget.label), seed)
+
+
+def test_cells_put_each_reference_first_and_the_seconds_cells_last():
+    arms = grid.parse_arms("static,dynamic,dynamic-random")
+    budgets = (Budget("flops", 0.5), Budget("seconds"))
+    cells = grid.cells(arms, budgets, (7, 3))
+    keys = [c.key for c in cells]
+    assert len(keys) == len(set(keys)) == 2 * (2 + 3 + 3)  # static has no seconds cell
+    assert keys[:2] == ["static@epochs#7", "static@epochs#3"]
+    assert all(c.needs_reference_run for c in cells[-4:])
+    assert not any(c.needs_reference_run for c in cells[:-4])
+    assert "static@seconds#7" not in keys
+
+
+def test_budget_options_follow_the_reference():
+    cell = Cell("dynamic", Budget("flops", 0.25), 1)
+    assert grid.budget_option(cell, 4e12, "") == "1000000000000flops"
+    assert grid.budget_option(Cell("dynamic", Budget("seconds"), 1), 4e12, "abc") == "run:abc:s"
+    assert grid.budget_option(Cell("static", Budget("epochs"), 1), 4e12, "") == ""
+    with pytest.raises(ValueError):
+        grid.budget_option(Cell("dynamic", Budget("seconds"), 1), 4e12, "")
+
+
+def test_each_arm_is_set_against_static_at_its_budget_where_static_trains_there():
+    arms = grid.parse_arms("static,dynamic")
+    names = [c.name for c in grid.comparisons(arms, (Budget("flops", 0.5), Budget("seconds")))]
+    assert names == [
+        "dynamic@epochs vs static@epochs",
+        "dynamic@flops:0.5 vs static@flops:0.5",
+        "dynamic@seconds vs static@epochs",
+    ]
+
+
+def test_holm_matches_its_definition():
+    # sorted 0.005, 0.01, 0.03, 0.04 -> 4 * 0.005, 3 * 0.01, 2 * 0.03, max(that, 1 * 0.04)
+    adjusted = protocol.holm([0.01, 0.04, 0.03, 0.005, math.nan])
+    assert adjusted[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert math.isnan(adjusted[4])
+    assert protocol.holm([0.9, 0.8]) == pytest.approx([1.0, 1.0])
+
+
+def test_a_seed_that_gated_a_choice_or_screened_cannot_confirm():
+    assert protocol.gated(722) and protocol.gated(1) and not protocol.gated(400)
+    with pytest.raises(ConfigError, match="seed 722 gated a choice"):
+        protocol.check_confirm_seeds((400, 722), {})
+    with pytest.raises(ConfigError, match="seed 401 trained in screen study 'resnet-screen'"):
+        protocol.check_confirm_seeds((400, 401), {401: "resnet-screen"})
+    protocol.check_confirm_seeds((400, 401), {500: "other"})
+    assert protocol.label("confirm", (400, 401), preregistered=True) == "confirmatory"
+    assert protocol.label("confirm", (400, 720), preregistered=True) == "exploratory"
+    assert protocol.label("screen", (400, 401), preregistered=False) == "exploratory"
+
+
+def test_a_preregistration_digest_changes_with_what_it_commits_to():
+    base = protocol.Preregistration("s", ("a vs b",), (1, 2), "test/acc", "holm", 0.05, {"epochs": "12"})
+    same = protocol.Preregistration("s", ("a vs b",), (1, 2), "test/acc", "holm", 0.05, {"epochs": "12"})
+    other = protocol.Preregistration("s", ("a vs b",), (1, 3), "test/acc", "holm", 0.05, {"epochs": "12"})
+    assert base.digest() == same.digest() != other.digest()
+
+
+def _rows() -> pd.DataFrame:
+    out = []
+    for seed, static, dynamic, half in ((1, 0.80, 0.82, 0.81), (2, 0.79, 0.80, 0.80), (3, 0.81, 0.84, 0.82)):
+        for arm, budget, acc, secs, flops in (
+            ("static", "epochs", static, 100.0, 10.0),
+            ("dynamic", "epochs", dynamic, 70.0, 6.0),
+            ("dynamic", "flops:0.5", half, 50.0, 5.0),
+            ("static", "flops:0.5", static - 0.02, 50.0, 5.0),
+        ):
+            out.append(
+                {"arm": arm, "budget": budget, "seed": seed, "acc": acc, "trained_s": secs, "flops": flops}
+                | {"epochs": 4, "health": "ok", "acc_easy": acc, "acc_medium": acc, "acc_hard": acc}
+            )
+    return pd.DataFrame(out)
+
+
+def test_the_report_pairs_by_seed_corrects_and_says_what_it_found():
+    rows = _rows()
+    comparisons = grid.comparisons(grid.parse_arms("static,dynamic"), (Budget("flops", 0.5),))
+    table = report.compare(rows, comparisons, "exploratory")
+    first = table.iloc[0].to_dict()
+    assert first["comparison"] == "dynamic@epochs vs static@epochs"
+    assert first["diff_points"] == pytest.approx(2.0)
+    assert first["ahead"] == 3 and first["n"] == 3
+    assert first["seconds_ratio"] == pytest.approx(0.7) and first["flops_ratio"] == pytest.approx(0.6)
+    assert first["diff_points_hard"] == pytest.approx(2.0)
+    assert list(table["p_holm"]) == pytest.approx(protocol.holm(list(table["p_t"])))
+    assert set(table["label"]) == {"exploratory"}
+    points = report.frontier(rows)
+    # dynamic's frontier (50 s: 0.81, 70 s: 0.82) reaches static's 0.80 before its first point
+    assert report.seconds_to_reach(points)["dynamic"] == pytest.approx(0.5)
+    assert report.health(rows)["dynamic@epochs"] == {"ok": 3}
+
+
+def test_the_report_figure_and_text_are_written(tmp_path):
+    rows = _rows()
+    comparisons = grid.comparisons(grid.parse_arms("static,dynamic"), (Budget("flops", 0.5),))
+    table = report.compare(rows, comparisons, "exploratory")
+    path = report.figure(report.frontier(rows), tmp_path / "f.png", "study t (exploratory)", "val/acc")
+    assert path.stat().st_size > 10_000
+    doc = {"study": "t", "phase": "screen", "label": "exploratory", "metric": "val/acc", "seeds": "1,2,3"}
+    text = report.markdown({**doc, "epochs": 4, "static_spec": "default", "health": {}}, table)
+    assert "dynamic@flops:0.5 vs static@flops:0.5 | 3 | +3.00 (+3.00 to +3.00) | 3 of 3 | 0.000" in text
