@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# The many-machine path of `tune`, for real, on loopback: a PostgreSQL server holds the Optuna
-# study, an MLflow tracking server (PostgreSQL backend, artifacts proxied over HTTP) holds the
-# runs, and two tune processes in separate working directories, as on two machines, share
+# The many-machine path of `tune` and `study`, for real, on loopback: a PostgreSQL server holds
+# the Optuna studies, an MLflow tracking server (PostgreSQL backend, artifacts proxied over HTTP)
+# holds the runs, and two processes in separate working directories, as on two machines, share
 # both: the first opens the study and its parent run, the second joins with --worker true.
 #
 #   scripts/distributed_tune.sh [tune options]     e.g. --subset 600 --epochs 2 --n-trials 4
 #
 # Installs PostgreSQL from Debian's packages if absent (as root), runs a throwaway cluster in a
 # temporary directory on 127.0.0.1, checks that every trial is recorded once in Optuna and once
-# in MLflow (as a child of the study's parent run) and that both processes ran trials, then
-# stops both servers and removes the directory (KEEP=1 keeps it). Exit status 77: PostgreSQL
-# is absent and could not be installed.
+# in MLflow (as a child of the study's parent run) and that both processes ran trials. Then a
+# study on the same servers (two seeds, static and dynamic, two budgets) whose joining worker is
+# killed with SIGKILL mid-cell: every cell must finish exactly once, the killed cell's run end
+# FAILED and its cell train again. Stops both servers and removes the directory (KEEP=1 keeps
+# it). Exit status 77: PostgreSQL is absent and could not be installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -121,4 +123,64 @@ states = [t.state.name for t in trials]
 print(f"distributed tune OK: {len(trials)} trials ({states.count('COMPLETE')} complete, "
       f"{states.count('PRUNED')} pruned) from {len(hosts)} processes, each once in Optuna and once "
       f"in MLflow under parent run {parent}; report fetched over HTTP")
+EOF
+
+# The study: machine-b's worker is killed in the middle of its first cell; machine-a, the
+# coordinator, finds the cell's heartbeat stale, fails its run and trains it again.
+study() { exec "$PY" -m pipeline.study --storage "$OPTUNA_STORAGE" --study-name distributed-study \
+    --subset 600 --epochs 2 --seeds 80,81 --arms static,dynamic --budgets epochs,flops:0.5 \
+    --heartbeat-interval 1 --grace-period 5 "$@"; }
+(cd "$WORK/machine-a" && study >"$WORK/study-a.log" 2>&1) &
+A=$!
+(cd "$WORK/machine-b" && study --worker true >"$WORK/study-b.log" 2>&1) &
+B=$!
+KILLED=$(B=$B "$PY" - <<'EOF'
+"""Wait for machine-b's first cell to be training, kill the process, print the cell's run id."""
+import os, signal, time
+import mlflow
+deadline = time.time() + 600
+while time.time() < deadline:
+    runs = mlflow.search_runs(search_all_experiments=True, output_format="list",
+                              filter_string=f"tags.process_pid = '{os.environ['B']}' and attributes.status = 'RUNNING'")
+    if runs and "study_cell" in runs[0].data.tags:
+        os.kill(int(os.environ["B"]), signal.SIGKILL)
+        print(runs[0].info.run_id)
+        break
+    try:
+        os.kill(int(os.environ["B"]), 0)
+    except ProcessLookupError:
+        raise SystemExit("machine-b ended without starting a cell") from None
+    time.sleep(0.2)
+else:
+    raise SystemExit("machine-b never started a cell")
+EOF
+)
+status=0
+wait $A || status=$?
+wait $B || true  # killed, as meant
+for m in a b; do sed "s/^/[study machine-$m] /" "$WORK/study-$m.log" | grep -v "INFO mlflow" >&2; done
+[ "$status" = 0 ] || { echo "the study's coordinator failed" >&2; exit 1; }
+KILLED=$KILLED "$PY" - <<'EOF'
+"""Every cell finished exactly once; the killed cell's run FAILED and its cell trained again."""
+import os, tempfile
+import mlflow, optuna
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+from pipeline.study import queue
+study = optuna.load_study(study_name="distributed-study", storage=os.environ["OPTUNA_STORAGE"])
+complete = [t.user_attrs["study_cell"] for t in queue.cell_trials(study) if t.state.name == "COMPLETE"]
+killed = mlflow.MlflowClient().get_run(os.environ["KILLED"])
+problems = []
+if len(complete) != 8 or len(set(complete)) != 8:
+    problems.append(f"cells finished {sorted(complete)}: not the 8 cells once each")
+if killed.info.status != "FAILED" or killed.data.tags["study_cell"] not in complete:
+    problems.append(f"the killed cell's run is {killed.info.status}, its cell {killed.data.tags.get('study_cell')}")
+parent = study.user_attrs["mlflow_parent_run_id"]
+with tempfile.TemporaryDirectory() as tmp:
+    report = mlflow.artifacts.download_artifacts(run_id=parent, artifact_path="study/report.md", dst_path=tmp)
+    if "dynamic@epochs vs static@epochs" not in open(report).read():
+        problems.append("the parent run's study/report.md lacks its comparisons")
+if problems:
+    raise SystemExit("distributed study FAILED: " + "; ".join(problems))
+print(f"distributed study OK: 8 cells, each finished once; the cell killed mid-run "
+      f"({killed.data.tags['study_cell']}) trained again; report fetched over HTTP")
 EOF
