@@ -49,6 +49,7 @@ from pipeline.run.logged_model import MODEL_ID_TAG
 from pipeline.run.session import MODEL_ARTIFACT_DIR, MODEL_FILE
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.errors import UpstreamError
+from pipeline.tracking.filters import clause
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.runs import tracked_run
 from pipeline.training.loop import evaluate_split
@@ -256,11 +257,19 @@ def select_runs(cfg: EvaluateConfig) -> list[str]:
                 )
         return ids
     filters = ["attributes.status = 'FINISHED'"]
+    wanted: tuple[str, str] | None = None  # a tag the filter cannot quote: matched below
     if cfg.tag_filter.strip():
         key, sep, value = cfg.tag_filter.partition("=")
-        if not sep or not key.strip():
-            raise UpstreamError(f"--tag-filter {cfg.tag_filter!r} must look like key=value")
-        filters.append(f"tags.`{key.strip()}` = '{value.strip()}'")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or "`" in key:
+            raise UpstreamError(
+                f"--tag-filter {cfg.tag_filter!r} must look like key=value (no backquote in key)"
+            )
+        tag = clause(f"tags.`{key}`", "=", value)
+        if tag is None:
+            wanted = (key, value)
+        else:
+            filters.append(tag)
     kwargs = {"search_all_experiments": True}
     if cfg.experiment_name:
         if mlflow.get_experiment_by_name(cfg.experiment_name) is None:
@@ -274,6 +283,7 @@ def select_runs(cfg: EvaluateConfig) -> list[str]:
             output_format="list",
             **kwargs,
         )
+        if wanted is None or r.data.tags.get(wanted[0]) == wanted[1]
     ]
     if not runs:
         raise UpstreamError("no finished train_static or train_dynamic runs to evaluate; train some first")

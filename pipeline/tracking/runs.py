@@ -21,6 +21,7 @@ import click
 import mlflow
 
 from pipeline.tracking.errors import FAILURE_TAG, Terminated, UpstreamError, failure_reason, raise_terminated
+from pipeline.tracking.filters import clause
 from pipeline.tracking.params import log_params_shown
 from pipeline.tracking.processes import HOST_TAG, PID_TAG, fail_stale_runs, owned_elsewhere, owner_tags
 from pipeline.tracking.stores import check_artifact_store, unwritable
@@ -71,12 +72,12 @@ def current_run_name() -> str:
 
 def unique_run_name(experiment_id: str, base: str, own_run_id: str = "") -> str:
     """``base``, or ``base-2``, ``base-3``... when another run of the experiment has that name."""
+    # LIKE's wildcards in the name (% _) only widen the search; the names are compared below
+    like = clause("attributes.run_name", "LIKE", f"{base}%") or ""
     taken = {
         r.info.run_name
-        for r in mlflow.MlflowClient().search_runs(
-            [experiment_id], filter_string=f"attributes.run_name LIKE '{base}%'", max_results=5000
-        )
-        if r.info.run_id != own_run_id
+        for r in mlflow.MlflowClient().search_runs([experiment_id], filter_string=like, max_results=50000)
+        if r.info.run_id != own_run_id and (r.info.run_name or "").startswith(base)
     }
     if base not in taken:
         return base
