@@ -38,6 +38,8 @@ def config_options(*classes: type):
             for f in reversed(dataclasses.fields(cls)):
                 help_text = f.metadata.get("help", "")
                 kind = click.BOOL if isinstance(f.default, bool) else type(f.default)
+                if f.name == "seed" or f.name.endswith("_seed"):
+                    kind = seed_type(f.default)
                 command = click.option(
                     option_name(f.name),
                     f.name,
@@ -49,6 +51,15 @@ def config_options(*classes: type):
         return command
 
     return decorate
+
+
+# numpy's seeds are 32-bit: a larger one failed after the data had loaded, naming numpy, not the option
+SEED_MAX = 2**32 - 1
+
+
+def seed_type(default: int) -> click.IntRange:
+    """A seed option's type: 0 .. 2^32 - 1, and -1 where that is its default (-1: "choose one")."""
+    return click.IntRange(-1 if default == -1 else 0, SEED_MAX)
 
 
 def help_text(doc: str) -> str:

@@ -62,6 +62,11 @@ CASES = [
         ("--subset", "1000", "--val-size", "59999"),
         "leaves 1 train example(s)",
     ),
+    # seeds: numpy's are 32-bit, and -1 means "the run's seed" only for --curriculum-seed
+    Case("negative seed", STATIC, ("--seed", "-1"), "'--seed': -1 is not in the range 0<=x<=4294967295"),
+    Case("seed past 2^64", STATIC, ("--seed", str(2**64)), "not in the range 0<=x<=4294967295"),
+    Case("negative split seed", DYNAMIC, ("--split-seed", "-3"), "'--split-seed': -3 is not in the range"),
+    Case("curriculum seed below -1", DYNAMIC, ("--curriculum-seed", "-2"), "not in the range -1<=x"),
     # scores tables
     Case(
         "scores table of other data",

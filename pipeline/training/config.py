@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from pipeline.cli import ConfigError, opt, option_name
+from pipeline.cli import SEED_MAX, ConfigError, opt, option_name
 from pipeline.data.augment import AUGMENTATIONS
 from pipeline.device import pick_device
 from pipeline.precision import PRECISIONS, resolve_precision
@@ -103,6 +103,8 @@ class TrainConfig:
         for name in ("epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{option_name(name)} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.seed <= SEED_MAX:
+            raise ConfigError(f"--seed must be in 0 .. {SEED_MAX}, got {self.seed}")
         if self.eval_batch_size < 0:
             raise ConfigError(f"--eval-batch-size must be positive (0: auto), got {self.eval_batch_size}")
         if not 0 < self.lr < math.inf:
