@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import optuna
 
-from models.layers import LAYER_TYPES, LAYERS
+from models.layers import GROWABLE_TYPES, LAYERS
 from models.schedule import GrowthEvent, validate_schedule
 from models.spec import ArchSpec
 from pipeline.cli import ConfigError
@@ -55,10 +55,10 @@ class SearchSpace:
     lr_high: float
 
     def validate(self) -> SearchSpace:
-        unknown = [t for t in self.layer_types if t not in LAYER_TYPES]
+        unknown = [t for t in self.layer_types if t not in GROWABLE_TYPES]
         if unknown or not self.layer_types:
             raise ConfigError(
-                f"--layer-types {','.join(self.layer_types)!r}: use some of {', '.join(LAYER_TYPES)}"
+                f"--layer-types {','.join(self.layer_types)!r}: use some of {', '.join(GROWABLE_TYPES)}"
             )
         unknown = [p for p in self.pacings if p not in CURRICULUM_PACINGS]
         if unknown or not self.pacings:
