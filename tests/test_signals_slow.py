@@ -98,3 +98,38 @@ def test_sigterm_to_main_ends_its_step_then_itself_killed(tracking):
         assert not [r.info.run_id for r in runs if r.info.status == "RUNNING"]
     finally:
         main.kill()
+
+
+def _three_epochs_logged():
+    client = mlflow.MlflowClient()
+    for run in mlflow.search_runs(search_all_experiments=True, output_format="list"):
+        if run.info.status == "RUNNING" and len(client.get_metric_history(run.info.run_id, "val/acc")) >= 3:
+            return run
+    return None
+
+
+def test_a_run_stopped_then_resumed_to_the_end_is_finished_with_one_point_a_step(tracking):
+    # Checkpoints of these quick epochs are rarer than epochs (never over 2% of the run), so a
+    # stop after three logged epochs falls after the last checkpoint: the resumed run trains
+    # epochs again that the stopped one had logged.
+    options = [arg for key, value in STEP.items() for arg in (f"--{key.replace('_', '-')}", value)]
+    command = [sys.executable, "-m", "pipeline.train_static", *options]
+    step = subprocess.Popen(command, env=subprocess_env(tracking), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        run = _until(_three_epochs_logged)
+        step.send_signal(signal.SIGTERM)
+        step.wait(timeout=60)
+        _assert_killed_with_checkpoint(_until(lambda: _closed(run.info.run_id), 120))
+    finally:
+        step.kill()
+    resumed = subprocess.run([*command, "--resume", run.info.run_id], env=subprocess_env(tracking),
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    client = mlflow.MlflowClient()
+    done = client.get_run(run.info.run_id)
+    assert done.info.status == "FINISHED"
+    assert FAILURE_TAG not in done.data.tags and done.data.tags["resumed_after"] == "interrupted"
+    for metric in ("val/acc", "train/loss", "time/epoch_s"):
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, metric)]
+        assert sorted(steps) == list(range(int(STEP["epochs"]))), (metric, steps)

@@ -301,12 +301,23 @@ def train_and_log(
         on_device = data.to(device)
         ckpt_path = tmp / "last.pt"
 
+        # An epoch's metrics are logged once a checkpoint holds the epoch (every epoch unless
+        # writing one is slow), so a run interrupted and resumed from its checkpoint logs each
+        # epoch it trains again once, not a second point at the same step.
+        unsaved: list[tuple[int, dict]] = []
+
         def log_epoch(epoch: int, metrics: dict, _state: FitState) -> None:
-            mlflow.log_metrics(metrics, step=epoch)
+            unsaved.append((epoch, metrics))
+
+        def flush() -> None:
+            for epoch, metrics in unsaved:
+                mlflow.log_metrics(metrics, step=epoch)
+            unsaved.clear()
 
         def checkpoint(fit_state: FitState, fit_plan: TrainingPlan) -> None:
             save_checkpoint(ckpt_path, fit_state, fit_plan, cfg)
             mlflow.log_artifact(str(ckpt_path), "checkpoints")
+            flush()
 
         start = time.perf_counter()
         try:
@@ -322,8 +333,13 @@ def train_and_log(
                 meter=length.meter() if length is not None else None,
             )
         except DivergenceError as err:  # the run fails with one line; its health says why too
+            flush()
             mlflow.set_tags({"health": "diverged", "health_detail": f"diverged: {err}"})
             raise
+        except Exception:  # a failure (not an interruption, which resumes): show what it reached
+            flush()
+            raise
+        flush()
         total_s = time.perf_counter() - start
         verdict = log_health(state, data, cfg)
         if state.model.spec.exits:

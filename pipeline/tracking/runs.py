@@ -27,6 +27,7 @@ from pipeline.tracking.processes import HOST_TAG, PID_TAG, fail_stale_runs, owne
 from pipeline.tracking.stores import check_artifact_store, unwritable
 
 ENTRY_POINT_TAG = "entry_point"
+RESUMED_AFTER_TAG = "resumed_after"  # a finished run's failure_reason from before its resume
 DEFAULT_EXPERIMENT = "growing-cnn"
 # MLflow 3's UI opens an experiment without this tag in its GenAI view ("Traces"); this one
 # opens on the runs table, as a model-training experiment.
@@ -184,6 +185,10 @@ def tracked_run(
         mlflow.end_run("FAILED")
         raise
     else:
+        stale = mlflow.get_run(run.info.run_id).data.tags.get(FAILURE_TAG)
+        if stale is not None:  # a resumed run that finished: why it stopped before is history
+            mlflow.set_tag(RESUMED_AFTER_TAG, stale)
+            mlflow.MlflowClient().delete_tag(run.info.run_id, FAILURE_TAG)
         mlflow.end_run("FINISHED")
     finally:
         signal.signal(signal.SIGTERM, previous)
