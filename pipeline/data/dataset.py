@@ -59,6 +59,7 @@ class Data:
     # Where a folder dataset was read from (resolved) and an archive's sha256; '' otherwise.
     source: str = ""
     source_sha256: str = ""
+    image_rule: str = ""  # how a folder dataset's images were decoded (pipeline/data/images.py)
 
     @property
     def input_shape(self) -> tuple[int, int, int]:

@@ -4,19 +4,20 @@ once per process."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import hashlib
 import os
+import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
 
 import numpy as np
 import torch
 
-from pipeline.data import archive
+from pipeline.data import archive, images
 from pipeline.data.config import ARCHIVE_SUFFIXES, BUILTIN_DATASETS, FOLDER_PREFIX, DataError
 from pipeline.data.sampling import stratified_sample
 
@@ -58,6 +59,7 @@ class RawData:
     # Where a folder dataset was read from (resolved), and an archive's sha256; '' otherwise.
     source: str = ""
     source_sha256: str = ""
+    image_rule: str = ""  # how a folder dataset's images were decoded (pipeline/data/images.py)
 
 
 def default_cache_dir() -> Path:
@@ -192,56 +194,6 @@ def load_torchvision(name: str, data_dir: str = "") -> RawData:
     return _raw(tx, train.targets, vx, test.targets, train.classes)
 
 
-# Pillow's single-channel modes of more than 8 bits, by bit depth. Pillow's own conversion to
-# 8 bits clips them (values above 255 become 255: most of a 16-bit image); they are scaled.
-WIDE_MODES = {"I;16": 16, "I;16L": 16, "I;16B": 16, "I;16N": 16}
-
-
-def _eight_bit(img):
-    """``img`` with more than 8 bits per pixel scaled to 8 bits by its bit depth; other images
-    as they are. 32-bit integer and float pixels carry no depth to scale by and are refused."""
-    from PIL import Image
-
-    depth = WIDE_MODES.get(img.mode)
-    if depth is None and img.mode == "I" and img.format == "PNG":
-        depth = 16  # PNG holds at most 16 bits per channel; Pillow may open them as 32-bit "I"
-    if depth is None:
-        if img.mode in ("I", "F"):
-            kind = "32-bit integer" if img.mode == "I" else "floating-point"
-            raise DataError(
-                f"{kind} pixels (mode {img.mode}) have no bit depth to scale to 8 bits by; "
-                "save the images with 8 or 16 bits per channel"
-            )
-        return img
-    wide = np.asarray(img).astype(np.float64)  # (H, W), 0 .. 2**depth - 1
-    return Image.fromarray(np.round(wide * 255 / (2**depth - 1)).clip(0, 255).astype(np.uint8), mode="L")
-
-
-def decode_image(file: Path | BinaryIO, name: str, size: tuple[int, int] | None, mode: str | None):
-    """One image file (a path, or a binary file) as uint8 (H, W) or (H, W, 3) by the folder
-    rules: more than 8 bits scaled to 8, converted to ``mode`` and resized to ``size``, each
-    taken from this image when None. Returns the array, the size and the mode; ``name`` is what
-    an error calls the file."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(file) as img:
-            img.load()
-            img = _eight_bit(img)
-            if mode is None:
-                mode = "L" if img.mode in ("1", "L") else "RGB"
-            img = img.convert(mode)
-            if size is None:
-                size = img.size
-            if img.size != size:
-                img = img.resize(size)
-            return np.asarray(img, dtype=np.uint8), size, mode
-    except UnidentifiedImageError:  # its own text names a file object, not the file
-        raise DataError(f"cannot read image {name}: not an image, or a damaged one") from None
-    except (OSError, ValueError) as err:
-        raise DataError(f"cannot read image {name}: {err}") from None
-
-
 @dataclass(frozen=True)
 class DirectoryTree:
     """An image folder on disk, as the folder rules read it; ``archive.ArchiveTree`` is the
@@ -264,54 +216,68 @@ class DirectoryTree:
         return [(str(p), p) for p in files]
 
 
-def _read_classes(tree: DirectoryTree | archive.ArchiveTree, folder: PurePosixPath, size, mode):
-    """The images of ``folder``'s class folders (labels by sorted class name), decoded."""
+def _class_files(tree: DirectoryTree | archive.ArchiveTree, folder: PurePosixPath):
+    """``folder``'s class names (sorted) and its images as (label, name, file)."""
     classes = tree.subfolders(folder)
     if len(classes) < 2:
         raise DataError(
             f"folder dataset {tree.describe(folder)} has {len(classes)} class folder(s); it needs "
             "at least 2 (one sub-folder of images per class)"
         )
-    images, labels = [], []
+    files = []
     for label, name in enumerate(classes):
-        files = tree.images(folder / name)
-        if not files:
+        found = tree.images(folder / name)
+        if not found:
             raise DataError(f"folder dataset class {tree.describe(folder / name)} holds no images")
-        for file_name, file in files:
-            image, size, mode = decode_image(file, file_name, size, mode)
-            images.append(image)
-            labels.append(label)
-    return np.stack(images), np.asarray(labels, dtype=np.int64), classes, size, mode
+        files += [(label, file_name, file) for file_name, file in found]
+    return classes, files
 
 
 # What decoding a folder gives, and what an archive's cache holds. Without train/ and test/
 # folders every image is in train_x and test_x is empty: load_folder holds out a test split.
-DECODED_KEYS = ("train_x", "train_y", "test_x", "test_y", "classes")
+# ``rule`` is the line that says how the images were decoded (pipeline/data/images.py).
+DECODED_KEYS = ("train_x", "train_y", "test_x", "test_y", "classes", "rule")
 
 
-def decode_tree(tree: DirectoryTree | archive.ArchiveTree) -> dict[str, np.ndarray]:
-    """Every image of an ImageFolder tree (a ``DirectoryTree`` or ``archive.ArchiveTree``)."""
+def _splits(tree: DirectoryTree | archive.ArchiveTree) -> tuple[list[str], list, list]:
+    """The class names and the (label, name, file) images of the train and test folders (test
+    empty where there are only class folders)."""
     root = tree.root
     top = tree.subfolders(root)
     if "train" in top and "test" in top:
-        tx, ty, classes, size, mode = _read_classes(tree, root / "train", None, None)
-        vx, vy, test_classes, _, _ = _read_classes(tree, root / "test", size, mode)
+        classes, train = _class_files(tree, root / "train")
+        test_classes, test = _class_files(tree, root / "test")
         if test_classes != classes:
             raise DataError(
                 f"{tree.describe(root / 'test')} has classes {test_classes}, "
                 f"{tree.describe(root / 'train')} has {classes}"
             )
-    elif top in (["train"], ["test"]):
+        return classes, train, test
+    if top in (["train"], ["test"]):
         (only,) = top
         other = "test" if only == "train" else "train"
         raise DataError(
             f"folder dataset {tree.describe(root / only)} has no {other}/ beside it; give both "
             "train/ and test/, or class folders alone (a test split is then held out)"
         )
-    else:
-        tx, ty, classes, _, _ = _read_classes(tree, root, None, None)
-        vx, vy = tx[:0], ty[:0]
-    return dict(zip(DECODED_KEYS, (tx, ty, vx, vy, np.asarray(classes))))
+    classes, train = _class_files(tree, root)
+    return classes, train, []
+
+
+def decode_tree(tree: DirectoryTree | archive.ArchiveTree) -> dict[str, np.ndarray]:
+    """Every image of an ImageFolder tree (a ``DirectoryTree`` or ``archive.ArchiveTree``),
+    decoded by the rule its images' headers decide (``images.decide``)."""
+    classes, train, test = _splits(tree)
+    rule = images.decide([(name, *images.header(file, name)) for _, name, file in [*train, *test]])
+
+    def arrays(files) -> tuple[np.ndarray, np.ndarray]:
+        x = [images.decode(file, name, rule) for _, name, file in files]
+        c, h, w = rule.shape
+        empty = np.zeros((0, h, w, c) if c == 3 else (0, h, w), np.uint8)  # as np.stack would give
+        return (np.stack(x) if x else empty), np.asarray([label for label, _, _ in files], dtype=np.int64)
+
+    (tx, ty), (vx, vy) = arrays(train), arrays(test)
+    return dict(zip(DECODED_KEYS, (tx, ty, vx, vy, np.asarray(classes), np.asarray(rule.line))))
 
 
 def _decode_archive(path: Path) -> tuple[dict[str, np.ndarray], str]:
@@ -330,9 +296,9 @@ def load_folder(path: str, test_fraction: float = 1 / 6, seed: int = 0) -> RawDa
     an archive (``ARCHIVE_SUFFIXES``; read in place, its decoded images cached).
 
     With ``root/train`` and ``root/test`` both present they are the splits; otherwise a fixed
-    stratified ``test_fraction`` is held out as the test split. All images are resized to the
-    size of the first one read, in grayscale when the first one is grayscale. An archive may
-    wrap the tree in one top-level folder.
+    stratified ``test_fraction`` is held out as the test split. Every image is decoded to the
+    channels and size most of them have (``images``: the decision is said in one line, printed
+    here and tagged on every run). An archive may wrap the tree in one top-level folder.
     """
     if not path.strip():
         raise DataError(
@@ -352,6 +318,8 @@ def load_folder(path: str, test_fraction: float = 1 / 6, seed: int = 0) -> RawDa
         )
     tx, ty, vx, vy = (decoded[k] for k in DECODED_KEYS[:4])
     classes = [str(c) for c in decoded["classes"]]
+    rule = str(decoded["rule"])
+    print(f"folder dataset {root}: {rule}", file=sys.stderr)
     if not len(vy):  # no train/ and test/: hold out a fixed stratified share
         generator = torch.Generator().manual_seed(seed)
         test_idx = stratified_sample(
@@ -362,7 +330,8 @@ def load_folder(path: str, test_fraction: float = 1 / 6, seed: int = 0) -> RawDa
         tx, ty, vx, vy = tx[mask], ty[mask], tx[~mask], ty[~mask]
     if tx.ndim == 4:
         tx, vx = tx.transpose(0, 3, 1, 2), vx.transpose(0, 3, 1, 2)
-    return _raw(tx, ty, vx, vy, classes, source=str(root.resolve()), source_sha256=sha256)
+    raw = _raw(tx, ty, vx, vy, classes, source=str(root.resolve()), source_sha256=sha256)
+    return dataclasses.replace(raw, image_rule=rule)
 
 
 @functools.lru_cache(maxsize=4)

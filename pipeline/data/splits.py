@@ -9,6 +9,7 @@ tuning never do.
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import torch
@@ -52,6 +53,18 @@ def make_splits(raw: RawData, cfg: DataConfig, include_test: bool) -> Data:
     if cfg.subset:
         if cfg.subset < 2 * len(raw.classes):
             raise DataError(f"--subset {cfg.subset} is too small for {len(raw.classes)} classes")
+        short = {
+            name: len(pos)
+            for name, pos in (("training", train_pos), ("validation", val_pos), ("test", test_pos))
+            if len(pos) < cfg.subset
+        }
+        if short:  # a cap the user asked past: said, not silent (the logged sizes show it too)
+            print(
+                f"note: --subset {cfg.subset} keeps every example of the "
+                + ", ".join(f"{name} split ({n:,})" for name, n in short.items())
+                + ": the dataset has fewer",
+                file=sys.stderr,
+            )
         train_pos = train_pos[
             stratified_sample(raw.train_y[train_pos], min(cfg.subset, len(train_pos)), generator)
         ]
@@ -103,6 +116,7 @@ def make_splits(raw: RawData, cfg: DataConfig, include_test: bool) -> Data:
         noise_digest=noise_digest,
         source=raw.source,
         source_sha256=raw.source_sha256,
+        image_rule=raw.image_rule,
     )
 
 

@@ -34,6 +34,8 @@ def log_dataset(data: Data, context: str = "training") -> None:
         mlflow.set_tag("data_source", data.source)
     if data.source_sha256:
         mlflow.set_tag("data_source_sha256", data.source_sha256)
+    if data.image_rule:
+        mlflow.set_tag("data_images", data.image_rule)
     if data.noisy:
         log_label_noise(data)
 
