@@ -13,6 +13,10 @@
 # killed with SIGKILL mid-cell: every cell must finish exactly once, the killed cell's run end
 # FAILED and its cell train again. Stops both servers and removes the directory (KEEP=1 keeps
 # it). Exit status 77: PostgreSQL is absent and could not be installed.
+#
+# FAULTS=1 then measures the shared set-up's faults on the same servers and prints what each
+# left (docs/entry-points.md, "When things go wrong"): the MLflow server down for 30 s while a
+# run trains, and PostgreSQL restarted while two tune workers share a study.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -183,4 +187,53 @@ if problems:
     raise SystemExit("distributed study FAILED: " + "; ".join(problems))
 print(f"distributed study OK: 8 cells, each finished once; the cell killed mid-run "
       f"({killed.data.tags['study_cell']}) trained again; report fetched over HTTP")
+EOF
+
+[ "${FAULTS:-0}" = 1 ] || exit 0
+# FAULTS=1: the shared set-up's faults, measured on the same servers (not run by the tests).
+# 1. The MLflow tracking server is down for 30 s while a run trains, then back on its port.
+restart_mlflow() {
+    kill -- -"$MLFLOW_PID" 2>/dev/null || true
+    sleep "$1"
+    setsid "$PY" -m mlflow server --backend-store-uri "postgresql+psycopg2://postgres@127.0.0.1:$PG_PORT/mlflow" \
+        --artifacts-destination "$WORK/artifacts" --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 1 \
+        >>"$WORK/mlflow-server.log" 2>&1 &
+    MLFLOW_PID=$!
+}
+(cd "$WORK/machine-a" && exec "$PY" -m pipeline.train_static --spec tiny --subset 4000 --val-size 500 \
+    --epochs 30 --scores-run none --progress false --run-name fault-mlflow >"$WORK/fault-mlflow.log" 2>&1) &
+T=$!
+sleep 25
+restart_mlflow 30
+echo "fault 1: the MLflow server was down for 30 s while run fault-mlflow trained" >&2
+t_status=0
+wait $T || t_status=$?
+sed "s/^/[fault-mlflow] /" "$WORK/fault-mlflow.log" | grep -v "INFO mlflow" | tail -5 >&2
+# 2. PostgreSQL (the Optuna storage and the MLflow backend) restarts while two tune workers share a study.
+(cd "$WORK/machine-a" && exec "$PY" -m pipeline.tune --storage "$OPTUNA_STORAGE" --study-name fault-pg \
+    --subset 600 --epochs 3 --n-trials 6 --workers 2 --pruner none >"$WORK/fault-pg.log" 2>&1) &
+P=$!
+sleep 40
+as_pg "$BIN/pg_ctl" -D "$WORK/pg" -m fast -w restart -o "-p $PG_PORT -k $WORK/pg -c listen_addresses=127.0.0.1" >/dev/null
+echo "fault 2: PostgreSQL restarted while study fault-pg ran" >&2
+p_status=0
+wait $P || p_status=$?
+sed "s/^/[fault-pg] /" "$WORK/fault-pg.log" | grep -v "INFO mlflow" | tail -8 >&2
+T_STATUS=$t_status P_STATUS=$p_status "$PY" - <<'EOF'
+"""What each fault left: exit codes, run states, trials; nothing may stay RUNNING."""
+import os
+import mlflow, optuna
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+client = mlflow.MlflowClient()
+runs = mlflow.search_runs(search_all_experiments=True, output_format="list", max_results=5000)
+(run,) = [r for r in runs if r.info.run_name == "fault-mlflow"]
+steps = [m.step for m in client.get_metric_history(run.info.run_id, "val/acc")]
+print(f"fault 1 (MLflow server down 30 s): exit {os.environ['T_STATUS']}, run {run.info.status}, "
+      f"{len(steps)} val/acc points for {len(set(steps))} epochs, failure_reason "
+      f"{run.data.tags.get('failure_reason', 'none')!r}")
+study = optuna.load_study(study_name="fault-pg", storage=os.environ["OPTUNA_STORAGE"])
+states = [t.state.name for t in study.trials]
+running = [r.info.run_name for r in runs if r.info.status == "RUNNING"]
+print(f"fault 2 (PostgreSQL restart): exit {os.environ['P_STATUS']}, trials {dict((s, states.count(s)) for s in set(states))}, "
+      f"runs left RUNNING: {running or 'none'}")
 EOF
