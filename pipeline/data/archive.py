@@ -197,14 +197,15 @@ def cache_file(cache_dir: Path, sha256: str) -> Path:
 
 def read_cache(path: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray] | None:
     """The arrays ``keys`` cached at ``path``, or None when there are none. A damaged cache file
-    (a disk error, a copy cut short, other arrays) is deleted so that it is rebuilt: it costs
-    the decoding again, never the run."""
+    (a disk error, a copy cut short) is deleted so that it is rebuilt, and one of another
+    version's arrays is rebuilt over: either costs the decoding again, never the run."""
     if not path.is_file():
         return None
     try:
         with np.load(path, allow_pickle=False) as cached:
-            if sorted(cached.files) != sorted(keys):
-                raise ValueError(f"it holds {sorted(cached.files)}, not {sorted(keys)}")
+            if sorted(cached.files) != sorted(keys):  # another version's layout: not an error
+                print(f"note: cache {path} is another version's; decoding the archive again", file=sys.stderr)
+                return None
             return {key: cached[key] for key in keys}  # reading checks each array's CRC
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
         print(f"warning: cache {path} is unreadable ({err}); decoding the archive again", file=sys.stderr)
