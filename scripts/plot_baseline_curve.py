@@ -42,7 +42,8 @@ def main(points_file: str, output: str) -> None:
         f"target {target:.0f}%", (0.01, target), xycoords=("axes fraction", "data"), xytext=(0, 4), **note
     )
     limit = doc["limit_minutes"]
-    ax.annotate(f"{limit} min", (limit, 0.02), xycoords=("data", "axes fraction"), xytext=(4, 0), **note)
+    ax.annotate(f"{limit} min", (limit, 0.96), xycoords=("data", "axes fraction"), xytext=(4, 0), **note)
+    ax.set_xlim(0, 1.15 * max(limit, *(p["minutes"] for p in doc["points"])))
     ax.set(xlabel="minutes for the whole run", ylabel=f"{doc['split']} accuracy (%)", title=doc["title"])
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
