@@ -132,7 +132,7 @@ EOF
 # The study: machine-b's worker is killed in the middle of its first cell; machine-a, the
 # coordinator, finds the cell's heartbeat stale, fails its run and trains it again.
 study() { exec "$PY" -m pipeline.study --storage "$OPTUNA_STORAGE" --study-name distributed-study \
-    --subset 600 --epochs 2 --seeds 80,81 --arms static,dynamic --budgets epochs,flops:0.5 \
+    --subset 600 --epochs 4 --seeds 80,81 --arms static,dynamic --budgets epochs,flops:0.5 \
     --heartbeat-interval 1 --grace-period 5 "$@"; }
 (cd "$WORK/machine-a" && study >"$WORK/study-a.log" 2>&1) &
 A=$!
@@ -162,7 +162,7 @@ EOF
 status=0
 wait $A || status=$?
 wait $B || true  # killed, as meant
-for m in a b; do sed "s/^/[study machine-$m] /" "$WORK/study-$m.log" | grep -v "INFO mlflow" >&2; done
+for m in a b; do sed "s/^/[study machine-$m] /" "$WORK/study-$m.log" | { grep -v -e "INFO mlflow" -e "View run" -e "View experiment" || true; } >&2; done
 [ "$status" = 0 ] || { echo "the study's coordinator failed" >&2; exit 1; }
 KILLED=$KILLED "$PY" - <<'EOF'
 """Every cell finished exactly once; the killed cell's run FAILED and its cell trained again."""
@@ -208,7 +208,7 @@ restart_mlflow 30
 echo "fault 1: the MLflow server was down for 30 s while run fault-mlflow trained" >&2
 t_status=0
 wait $T || t_status=$?
-sed "s/^/[fault-mlflow] /" "$WORK/fault-mlflow.log" | grep -v "INFO mlflow" | tail -5 >&2
+sed "s/^/[fault-mlflow] /" "$WORK/fault-mlflow.log" | { grep -v -e "INFO mlflow" -e "View run" -e "View experiment" || true; } | tail -5 >&2
 # 2. PostgreSQL (the Optuna storage and the MLflow backend) restarts while two tune workers share a study.
 (cd "$WORK/machine-a" && exec "$PY" -m pipeline.tune --storage "$OPTUNA_STORAGE" --study-name fault-pg \
     --subset 600 --epochs 3 --n-trials 6 --workers 2 --pruner none >"$WORK/fault-pg.log" 2>&1) &
@@ -218,7 +218,7 @@ as_pg "$BIN/pg_ctl" -D "$WORK/pg" -m fast -w restart -o "-p $PG_PORT -k $WORK/pg
 echo "fault 2: PostgreSQL restarted while study fault-pg ran" >&2
 p_status=0
 wait $P || p_status=$?
-sed "s/^/[fault-pg] /" "$WORK/fault-pg.log" | grep -v "INFO mlflow" | tail -8 >&2
+sed "s/^/[fault-pg] /" "$WORK/fault-pg.log" | { grep -v -e "INFO mlflow" -e "View run" -e "View experiment" || true; } | tail -8 >&2
 T_STATUS=$t_status P_STATUS=$p_status "$PY" - <<'EOF'
 """What each fault left: exit codes, run states, trials; nothing may stay RUNNING."""
 import os
