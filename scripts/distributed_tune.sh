@@ -211,15 +211,16 @@ wait $T || t_status=$?
 sed "s/^/[fault-mlflow] /" "$WORK/fault-mlflow.log" | { grep -v -e "INFO mlflow" -e "View run" -e "View experiment" || true; } | tail -5 >&2
 # 2. PostgreSQL (the Optuna storage and the MLflow backend) restarts while two tune workers share a study.
 (cd "$WORK/machine-a" && exec "$PY" -m pipeline.tune --storage "$OPTUNA_STORAGE" --study-name fault-pg \
-    --subset 600 --epochs 3 --n-trials 6 --workers 2 --pruner none >"$WORK/fault-pg.log" 2>&1) &
+    --subset 600 --epochs 3 --n-trials 24 --workers 2 --pruner none >"$WORK/fault-pg.log" 2>&1) &
 P=$!
 sleep 40
+RESTART_AT=$(date +%s)
 as_pg "$BIN/pg_ctl" -D "$WORK/pg" -m fast -w restart -o "-p $PG_PORT -k $WORK/pg -c listen_addresses=127.0.0.1" >/dev/null
 echo "fault 2: PostgreSQL restarted while study fault-pg ran" >&2
 p_status=0
 wait $P || p_status=$?
 sed "s/^/[fault-pg] /" "$WORK/fault-pg.log" | { grep -v -e "INFO mlflow" -e "View run" -e "View experiment" || true; } | tail -8 >&2
-T_STATUS=$t_status P_STATUS=$p_status "$PY" - <<'EOF'
+RESTART_AT=$RESTART_AT T_STATUS=$t_status P_STATUS=$p_status "$PY" - <<'EOF'
 """What each fault left: exit codes, run states, trials; nothing may stay RUNNING."""
 import os
 import mlflow, optuna
@@ -233,7 +234,9 @@ print(f"fault 1 (MLflow server down 30 s): exit {os.environ['T_STATUS']}, run {r
       f"{run.data.tags.get('failure_reason', 'none')!r}")
 study = optuna.load_study(study_name="fault-pg", storage=os.environ["OPTUNA_STORAGE"])
 states = [t.state.name for t in study.trials]
+restart = float(os.environ["RESTART_AT"])
+after = sum(t.datetime_start is not None and t.datetime_start.timestamp() > restart for t in study.trials)
 running = [r.info.run_name for r in runs if r.info.status == "RUNNING"]
 print(f"fault 2 (PostgreSQL restart): exit {os.environ['P_STATUS']}, trials {dict((s, states.count(s)) for s in set(states))}, "
-      f"runs left RUNNING: {running or 'none'}")
+      f"{after} trials started after the restart, runs left RUNNING: {running or 'none'}")
 EOF
