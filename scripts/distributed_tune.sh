@@ -201,7 +201,7 @@ restart_mlflow() {
     MLFLOW_PID=$!
 }
 (cd "$WORK/machine-a" && exec "$PY" -m pipeline.train_static --spec tiny --subset 4000 --val-size 500 \
-    --epochs 30 --scores-run none --progress false --run-name fault-mlflow >"$WORK/fault-mlflow.log" 2>&1) &
+    --epochs 80 --scores-run none --progress false --run-name fault-mlflow >"$WORK/fault-mlflow.log" 2>&1) &
 T=$!
 sleep 25
 restart_mlflow 30
@@ -229,7 +229,8 @@ client = mlflow.MlflowClient()
 runs = mlflow.search_runs(search_all_experiments=True, output_format="list", max_results=5000)
 (run,) = [r for r in runs if r.info.run_name == "fault-mlflow"]
 steps = [m.step for m in client.get_metric_history(run.info.run_id, "val/acc")]
-print(f"fault 1 (MLflow server down 30 s): exit {os.environ['T_STATUS']}, run {run.info.status}, "
+print(f"fault 1 (MLflow server down 30 s): exit {os.environ['T_STATUS']}, run {run.info.status} after "
+      f"{run.data.metrics.get('time/total_s', 0):.0f} s of training, "
       f"{len(steps)} val/acc points for {len(set(steps))} epochs, failure_reason "
       f"{run.data.tags.get('failure_reason', 'none')!r}")
 study = optuna.load_study(study_name="fault-pg", storage=os.environ["OPTUNA_STORAGE"])

@@ -8,7 +8,7 @@ import mlflow
 import pytest
 from click.testing import CliRunner
 
-from pipeline import evaluate, score_difficulty, study, train_dynamic, train_static
+from pipeline import evaluate, score_difficulty, study, train_dynamic, train_static, tune
 from pipeline.tracking.filters import literal
 
 pytestmark = pytest.mark.slow
@@ -74,6 +74,18 @@ def test_a_tag_filter_with_quotes_picks_exactly_its_runs(tracking):
         assert ids[name] in evaluated
     bad = runner.invoke(evaluate.main, ["--tag-filter", "a`b=c"])
     assert bad.exit_code == 2 and "key=value" in bad.output
+
+
+def test_tune_takes_names_with_quotes(tracking):
+    runner = CliRunner()
+    for name in NAMES[:4]:
+        args = [*TINY, "--n-trials", "1", "--pruner", "none", "--study-name", name, "--run-name", name]
+        result = runner.invoke(tune.main, [*args, "--start-spec", "tiny", "--pacings", "none"])
+        assert result.exit_code == 0, result.output
+    runs = mlflow.search_runs(search_all_experiments=True, output_format="list")
+    parents = sorted(r.info.run_name for r in runs if r.data.tags.get("tune_role") == "study")
+    trials = {r.info.run_name for r in runs if r.data.tags.get("tune_role") == "trial"}
+    assert parents == sorted(NAMES[:4]) and trials == {f"tune-{name}-trial-0" for name in NAMES[:4]}
 
 
 def test_a_study_name_with_quotes_works(tracking):
