@@ -51,26 +51,7 @@ def make_splits(raw: RawData, cfg: DataConfig, include_test: bool) -> Data:
     train_pos = torch.nonzero(train_mask).flatten()
     test_pos = torch.arange(len(raw.test_y))
     if cfg.subset:
-        if cfg.subset < 2 * len(raw.classes):
-            raise DataError(f"--subset {cfg.subset} is too small for {len(raw.classes)} classes")
-        # the validation split is --val-size by choice; the others are what the dataset holds
-        short = {
-            name: len(pos)
-            for name, pos in (("training", train_pos), ("test", test_pos))
-            if len(pos) < cfg.subset
-        }
-        if short:  # a cap the user asked past: said, not silent (the logged sizes show it too)
-            print(
-                f"note: --subset {cfg.subset} keeps every example of the "
-                + ", ".join(f"{name} split ({n:,})" for name, n in short.items())
-                + ": the dataset has fewer",
-                file=sys.stderr,
-            )
-        train_pos = train_pos[
-            stratified_sample(raw.train_y[train_pos], min(cfg.subset, len(train_pos)), generator)
-        ]
-        val_pos = val_pos[stratified_sample(raw.train_y[val_pos], min(cfg.subset, len(val_pos)), generator)]
-        test_pos = test_pos[stratified_sample(raw.test_y, min(cfg.subset, len(test_pos)), generator)]
+        train_pos, val_pos, test_pos = _subset(raw, cfg, (train_pos, val_pos, test_pos), generator)
 
     _check_split_sizes(raw, cfg, train_pos, val_pos)
 
@@ -118,6 +99,28 @@ def make_splits(raw: RawData, cfg: DataConfig, include_test: bool) -> Data:
         source=raw.source,
         source_sha256=raw.source_sha256,
         image_rule=raw.image_rule,
+    )
+
+
+def _subset(raw: RawData, cfg: DataConfig, positions: tuple, generator: torch.Generator) -> tuple:
+    """A stratified ``--subset`` of each split's positions (train, validation, test)."""
+    if cfg.subset < 2 * len(raw.classes):
+        raise DataError(f"--subset {cfg.subset} is too small for {len(raw.classes)} classes")
+    train_pos, val_pos, test_pos = positions
+    # the validation split is --val-size by choice; the others are what the dataset holds
+    short = {
+        name: len(pos) for name, pos in (("training", train_pos), ("test", test_pos)) if len(pos) < cfg.subset
+    }
+    if short:  # a cap the user asked past: said, not silent (the logged sizes show it too)
+        print(
+            f"note: --subset {cfg.subset} keeps every example of the "
+            + ", ".join(f"{name} split ({n:,})" for name, n in short.items())
+            + ": the dataset has fewer",
+            file=sys.stderr,
+        )
+    ys = (raw.train_y[train_pos], raw.train_y[val_pos], raw.test_y[test_pos])
+    return tuple(
+        pos[stratified_sample(y, min(cfg.subset, len(pos)), generator)] for pos, y in zip(positions, ys)
     )
 
 

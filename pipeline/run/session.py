@@ -272,6 +272,29 @@ def check_network_sizes(
             check_size(staged, limits.max_params, max_bytes, batch_size, where)
 
 
+class CheckpointedLog:
+    """An epoch's metrics logged once a checkpoint holds the epoch (every epoch unless writing
+    one is slow), so a run interrupted and resumed from its checkpoint logs each epoch it trains
+    again once, not a second point at the same step."""
+
+    def __init__(self, path: Path, cfg: TrainConfig):
+        self.path, self.cfg = path, cfg
+        self.unsaved: list[tuple[int, dict]] = []
+
+    def log_epoch(self, epoch: int, metrics: dict, _state: FitState) -> None:
+        self.unsaved.append((epoch, metrics))
+
+    def checkpoint(self, state: FitState, plan: TrainingPlan) -> None:
+        save_checkpoint(self.path, state, plan, self.cfg)
+        mlflow.log_artifact(str(self.path), "checkpoints")
+        self.flush()
+
+    def flush(self) -> None:
+        for epoch, metrics in self.unsaved:
+            mlflow.log_metrics(metrics, step=epoch)
+        self.unsaved.clear()
+
+
 def train_and_log(
     data: Data,
     spec: ArchSpec,
@@ -301,23 +324,7 @@ def train_and_log(
         on_device = data.to(device)
         ckpt_path = tmp / "last.pt"
 
-        # An epoch's metrics are logged once a checkpoint holds the epoch (every epoch unless
-        # writing one is slow), so a run interrupted and resumed from its checkpoint logs each
-        # epoch it trains again once, not a second point at the same step.
-        unsaved: list[tuple[int, dict]] = []
-
-        def log_epoch(epoch: int, metrics: dict, _state: FitState) -> None:
-            unsaved.append((epoch, metrics))
-
-        def flush() -> None:
-            for epoch, metrics in unsaved:
-                mlflow.log_metrics(metrics, step=epoch)
-            unsaved.clear()
-
-        def checkpoint(fit_state: FitState, fit_plan: TrainingPlan) -> None:
-            save_checkpoint(ckpt_path, fit_state, fit_plan, cfg)
-            mlflow.log_artifact(str(ckpt_path), "checkpoints")
-            flush()
+        epochs = CheckpointedLog(ckpt_path, cfg)
 
         start = time.perf_counter()
         try:
@@ -327,19 +334,19 @@ def train_and_log(
                 cfg,
                 plan,
                 val_tiers=val_tiers,
-                on_epoch=log_epoch,
-                checkpoint=checkpoint,
+                on_epoch=epochs.log_epoch,
+                checkpoint=epochs.checkpoint,
                 progress_bar=progress_bar,
                 meter=length.meter() if length is not None else None,
             )
         except DivergenceError as err:  # the run fails with one line; its health says why too
-            flush()
+            epochs.flush()
             mlflow.set_tags({"health": "diverged", "health_detail": f"diverged: {err}"})
             raise
         except Exception:  # a failure (not an interruption, which resumes): show what it reached
-            flush()
+            epochs.flush()
             raise
-        flush()
+        epochs.flush()
         total_s = time.perf_counter() - start
         verdict = log_health(state, data, cfg)
         if state.model.spec.exits:

@@ -185,13 +185,19 @@ def tracked_run(
         mlflow.end_run("FAILED")
         raise
     else:
-        stale = mlflow.get_run(run.info.run_id).data.tags.get(FAILURE_TAG)
-        if stale is not None:  # a resumed run that finished: why it stopped before is history
-            mlflow.set_tag(RESUMED_AFTER_TAG, stale)
-            mlflow.MlflowClient().delete_tag(run.info.run_id, FAILURE_TAG)
+        _retire_failure(run.info.run_id)
         mlflow.end_run("FINISHED")
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _retire_failure(run_id: str) -> None:
+    """A resumed run that finished: why it had stopped is history (``resumed_after``), not its
+    failure reason."""
+    stale = mlflow.get_run(run_id).data.tags.get(FAILURE_TAG)
+    if stale is not None:
+        mlflow.set_tag(RESUMED_AFTER_TAG, stale)
+        mlflow.MlflowClient().delete_tag(run_id, FAILURE_TAG)
 
 
 def check_outer_run(entry_point: str) -> None:
