@@ -12,7 +12,7 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pipeline.cli import build_config, config_options
+from pipeline.cli import SEED_MAX, build_config, config_options
 from pipeline.codec import (
     default_params,
     entry_configs,
@@ -43,18 +43,25 @@ BY_TYPE = {
 }
 
 
+def _values(f: dataclasses.Field):
+    """Any value of the field's type; a seed within the range its option takes."""
+    if f.name == "seed" or f.name.endswith("_seed"):
+        return st.integers(-1 if f.default == -1 else 0, SEED_MAX)
+    return BY_TYPE[type(f.default)]
+
+
 def configs_of(classes: tuple[type, ...]):
     """Instances of ``classes`` with any value of each field's type."""
 
     def one(cls):
-        fields = {f.name: BY_TYPE[type(f.default)] for f in dataclasses.fields(cls)}
+        fields = {f.name: _values(f) for f in dataclasses.fields(cls)}
         return st.fixed_dictionaries(fields).map(lambda values: cls(**values))
 
     return st.tuples(*(one(cls) for cls in classes))
 
 
 def test_every_entry_point_has_configs():
-    assert len(ENTRY_POINTS) == 6 and all(entry_configs(e) for e in ENTRY_POINTS)
+    assert len(ENTRY_POINTS) == 7 and all(entry_configs(e) for e in ENTRY_POINTS)
     assert DataConfig in CONFIG_CLASSES and TrainConfig in CONFIG_CLASSES
 
 
