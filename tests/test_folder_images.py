@@ -81,6 +81,7 @@ def test_ties_go_to_rgb_and_to_the_larger_size():
 
 def _png_header_only(path: Path, width: int, height: int) -> None:
     """A PNG whose header claims ``width`` x ``height`` pixels (no image data follows)."""
+
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
