@@ -40,7 +40,7 @@ from pipeline.cli import ConfigError, build_config, config_options, help_text
 from pipeline.codec import flat_params, to_argv
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
-from pipeline.difficulty.scores_table import find_scores_run
+from pipeline.difficulty.scores_table import find_scores_run, parse_ref
 from pipeline.run.length import static_training_flops
 from pipeline.study import queue, report, results
 from pipeline.study.cell import PHASE_TAG, STUDY_TAG, StudyRuns, static_description, train_cell
@@ -57,7 +57,7 @@ from pipeline.tune.study import STUDY_EXPERIMENT, STUDY_PARENT, check_parent, de
 CONFIGS = (DataConfig, TrainConfig, GridConfig, StudyConfig)
 WORKER_INDEX_ENV = "GCNN_STUDY_WORKER_INDEX"
 # Study attributes: what every worker must agree on, and what they need that is computed once.
-DEFINITION_ATTR, SCORES_ATTR, FLOPS_ATTR = "study_definition", "scores_run_id", "reference_flops"
+DEFINITION_ATTR, SCORES_ATTR = "study_definition", "scores_run_id"
 PREREGISTRATION_TAG = "preregistration"
 
 
@@ -153,7 +153,7 @@ def scores_for(data_cfg: DataConfig, grid_cfg: GridConfig, data, known: str = ""
         if not run_id:
             click.echo("study: no score_difficulty run for this data; scoring it first", err=True)
             run_id = score_difficulty.run(data_cfg, score_difficulty.ScoreConfig())
-    metrics = mlflow.MlflowClient().get_run(run_id.removeprefix("runs:/").split("/")[0]).data.metrics
+    metrics = mlflow.MlflowClient().get_run(parse_ref(run_id)[0]).data.metrics
     return run_id, {"run": run_id, "seconds": metrics.get("time/total_s", float("nan"))}
 
 
@@ -193,7 +193,6 @@ def set_up(study: optuna.Study, configs: tuple, data, active: mlflow.ActiveRun) 
         for key, value in {
             DEFINITION_ATTR: definition(*configs),
             SCORES_ATTR: scores_run,
-            FLOPS_ATTR: runs.reference_flops,
             STUDY_EXPERIMENT: active.info.experiment_id,
             STUDY_PARENT: parent,  # last: workers wait for it
         }.items():

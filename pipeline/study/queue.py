@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import traceback
 import warnings
+from collections import Counter
 from collections.abc import Callable
 
 import click
@@ -60,10 +61,7 @@ def finished(study: optuna.Study) -> dict[str, str]:
 def counted_twice(study: optuna.Study) -> list[str]:
     """Cells with more than one COMPLETE trial (a worker presumed dead that finished after
     all); the report counts only the first."""
-    seen: dict[str, int] = {}
-    for t in cell_trials(study):
-        if t.state == TrialState.COMPLETE:
-            seen[t.user_attrs[CELL_ATTR]] = seen.get(t.user_attrs[CELL_ATTR], 0) + 1
+    seen = Counter(t.user_attrs[CELL_ATTR] for t in cell_trials(study) if t.state == TrialState.COMPLETE)
     return sorted(k for k, n in seen.items() if n > 1)
 
 
