@@ -6,6 +6,10 @@
 #                                   # then 12-epoch static and dynamic runs, eager and compiled
 #   scripts/bench_gpu.sh frontier   # static-12, dynamic-12 and dynamic at static-12's seconds
 #                                   # that trained (a seconds budget on CUDA), test split via evaluate
+#   scripts/bench_gpu.sh resnet-screen   # the residual baseline's recipe screen on tuning seed 0
+#                                   # (validation only): one study per variant, all at once
+#   scripts/bench_gpu.sh resnet-confirm  # its confirmation: RECIPE="--lr ..." on SEEDS, a study
+#                                   # of WORKERS processes, test split once per run via evaluate
 #
 # Results go under $OUT (default reports/gpu); runs to $MLFLOW_TRACKING_URI (default a store in
 # /tmp/gpu). Seeds: $SEEDS (default 130,131: never used to choose anything). Fashion-MNIST is read
@@ -26,6 +30,16 @@ export MLFLOW_TRACKING_URI=${MLFLOW_TRACKING_URI:-sqlite:////tmp/gpu/mlflow.db}
 export PYTHONUNBUFFERED=1
 first_seed=${SEEDS%%,*}
 common=(--subset "$SUBSET" --device "$DEVICE" --seed "$first_seed" --experiment-name gpu)
+# The residual baseline (issue 47): its recipe on both arms; EPOCHS is the point that fits 30
+# minutes on the CPU (docs/results/resnet/).
+EPOCHS=${EPOCHS:-20}
+resnet=(--dataset "$DATASET" --subset "$SUBSET" --device "$DEVICE" --experiment-name gpu-resnet
+    --start-spec resnet-start --schedule resnet --batch-size 256 --weight-decay 5e-4 --augment flip+crop
+    --label-smoothing 0.1 --lr 0.2)
+# name:options over that recipe (a later option wins); curve-N: the recipe at N epochs
+RESNET_VARIANTS=("base:" "lr0.4:--lr 0.4" "lr0.1:--lr 0.1" "ls0.2:--label-smoothing 0.2"
+    "wd1e-3:--weight-decay 1e-3" "warmup0.15:--warmup 0.15" "erase:--augment flip+crop+erase"
+    "curve-30:--epochs 30" "curve-45:--epochs 45")
 
 case "$part" in
 step)
@@ -50,8 +64,34 @@ frontier)
     "$PY" scripts/bench_frontier.py --dataset "$DATASET" --seeds "$SEEDS" --subset "$SUBSET" --fractions 1 \
         --dynamic-fractions none --output-dir "$OUT/frontier" 2>&1 | tee "$OUT/frontier.log" | tail -40
     ;;
+resnet-screen)
+    # Every variant is one single-cell study (static at $EPOCHS epochs, seed 0, validation),
+    # all trained at once: the GPU is launch-bound at these sizes, so processes side by side
+    # share it well. The rule that picks the recipe is in docs/results/preregistered.md.
+    "$PY" -m pipeline.score_difficulty --dataset "$DATASET" --subset "$SUBSET" --device "$DEVICE" \
+        --experiment-name gpu-resnet --run-name gpu-resnet-scores 2>&1 | tail -2
+    for variant in "${RESNET_VARIANTS[@]}"; do
+        name=${variant%%:*}
+        read -ra opts <<<"${variant#*:}"
+        timeout "${CAP_S:-400}" "$PY" -m pipeline.study "${resnet[@]}" --arms static --budgets epochs \
+            --seeds 0 --epochs "$EPOCHS" --study-name "screen-$name" "${opts[@]}" \
+            --storage "sqlite:////tmp/gpu/optuna-screen-$name.db" \
+            >"$OUT/screen-$name.log" 2>&1 &
+    done
+    wait || true
+    "$PY" scripts/bench_gpu_runs.py --experiment gpu-resnet --study screen- --output "$OUT/screen.md"
+    ;;
+resnet-confirm)
+    read -ra opts <<<"${RECIPE:?the recipe the screen picked, e.g. RECIPE='--lr 0.2'}"
+    timeout "${CAP_S:-400}" "$PY" -m pipeline.study "${resnet[@]}" "${opts[@]}" --phase confirm \
+        --arms static,dynamic,dynamic-random --budgets "${BUDGETS:-flops:0.5,flops:1}" --seeds "$SEEDS" \
+        --epochs "$EPOCHS" --workers "${WORKERS:-8}" --study-name "${STUDY:-resnet-confirm}" \
+        >"$OUT/confirm.log" 2>&1 || echo "confirm: exit $?"
+    "$PY" scripts/bench_gpu_runs.py --experiment gpu-resnet --study "${STUDY:-resnet-confirm}" \
+        --output "$OUT/confirm.md"
+    ;;
 *)
-    echo "say step or frontier, not $part" >&2
+    echo "say step, frontier, resnet-screen or resnet-confirm, not $part" >&2
     exit 2
     ;;
 esac

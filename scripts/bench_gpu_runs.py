@@ -6,7 +6,8 @@ One row per run, oldest first: its name, device, precision and compile mode, epo
 loop's seconds (``time/total_*_s`` summed: everything accounted), the seconds that trained and
 their share, the first epoch's seconds (which carry a compilation) against the median of the
 later ones, and the last validation accuracy. What ``scripts/bench_gpu.sh step`` prints after its
-eager and compiled runs; it reads the store only.
+eager and compiled runs, and for ``--study PREFIX`` the cells of those studies (test accuracy
+where a confirmation's evaluate read it); it reads the store only.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ COLUMNS = (
     "first epoch s",
     "later epochs s (median)",
     "val acc",
+    "test acc",
 )
 
 
@@ -56,20 +58,23 @@ def row(client: MlflowClient, run) -> list[str]:
         f"{epochs[0]:.2f}" if epochs else "",
         f"{statistics.median(epochs[1:]):.2f}" if len(epochs) > 1 else "",
         f"{metrics.get('val/acc', float('nan')):.4f}",
+        f"{metrics['test/acc']:.4f}" if "test/acc" in metrics else "",
     ]
 
 
 @click.command()
 @click.option("--experiment", default="gpu", show_default=True)
 @click.option("--output", default="", help="also write the table here (markdown)")
-def main(experiment: str, output: str) -> None:
+@click.option("--study", default="", help="only the cells of studies whose name starts with this")
+def main(experiment: str, output: str, study: str) -> None:
     client = MlflowClient()
     found = mlflow.get_experiment_by_name(experiment)
     if found is None:
         raise click.UsageError(f"no experiment {experiment!r} in {mlflow.get_tracking_uri()}")
-    runs = client.search_runs(
-        [found.experiment_id], "attributes.status = 'FINISHED'", order_by=["attributes.start_time ASC"]
-    )
+    query = "attributes.status = 'FINISHED'"
+    if study:
+        query += f" and tags.study_name LIKE '{study}%'"
+    runs = client.search_runs([found.experiment_id], query, order_by=["attributes.start_time ASC"])
     trained = [r for r in runs if "time/trained_s" in r.data.metrics]
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row(client, r)) + " |" for r in trained]

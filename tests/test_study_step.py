@@ -56,6 +56,16 @@ def test_cells_put_each_reference_first_and_the_seconds_cells_last():
     assert "static@seconds#7" not in keys
 
 
+def test_static_at_its_own_flops_is_the_reference_not_a_second_run():
+    arms = grid.parse_arms("static,dynamic")
+    budgets = (Budget("flops", 0.5), Budget("flops", 1.0))
+    keys = [c.key for c in grid.cells(arms, budgets, (5,))]
+    assert "static@flops:1#5" not in keys and "static@flops:0.5#5" in keys
+    names = [c.name for c in grid.comparisons(arms, budgets)]
+    assert "dynamic@flops:1 vs static@epochs" in names
+    assert "dynamic@flops:0.5 vs static@flops:0.5" in names
+
+
 def test_budget_options_follow_the_reference():
     cell = Cell("dynamic", Budget("flops", 0.25), 1)
     assert grid.budget_option(cell, 4e12, "") == "1000000000000flops"

@@ -9,6 +9,9 @@ Budgets are relative to the study's reference cell, static at ``--epochs`` of th
 - ``seconds``: the seconds that trained of the same seed's reference run (``--budget
   run:ID:s``), the comparison at equal wall-clock on this machine; the static arm has none (its
   reference is that run).
+
+Static at ``flops:1`` is the reference run too (the same training to the same step), so it is
+not trained twice: comparisons at ``flops:1`` are set against the reference.
 """
 
 from __future__ import annotations
@@ -70,6 +73,12 @@ class Budget:
     @property
     def label(self) -> str:
         return f"flops:{self.fraction:g}" if self.kind == "flops" else self.kind
+
+    @property
+    def static_trains(self) -> bool:
+        """Whether the static arm has a cell of its own at this budget: not at its own seconds
+        or its own FLOPs, which are the reference run's."""
+        return self.kind == "epochs" or (self.kind == "flops" and self.fraction != 1.0)
 
 
 def parse_budget(text: str) -> Budget:
@@ -154,7 +163,7 @@ def cells(arms: tuple[Arm, ...], budgets: tuple[Budget, ...], seeds: tuple[int, 
         for seed in seeds
         for arm in arms
         for budget in budgets
-        if not (arm.kind == "static" and budget.kind == "seconds")
+        if arm.kind != "static" or budget.static_trains
     ]
     return sorted(grid, key=lambda c: (c != c.reference, c.needs_reference_run, seeds.index(c.seed)))
 
@@ -185,9 +194,9 @@ class Comparison:
 
 def comparisons(arms: tuple[Arm, ...], budgets: tuple[Budget, ...]) -> list[Comparison]:
     """Every arm but static, at every budget, against static at the same budget where static
-    trains at it (equal epochs, equal FLOPs), else against the reference run (at its seconds:
-    equal wall-clock)."""
-    static_budgets = {b for b in (Budget(REFERENCE_BUDGET), *budgets) if b.kind != "seconds"}
+    trains at it (equal epochs, a share of its FLOPs), else against the reference run (its
+    seconds: equal wall-clock; its FLOPs: equal compute)."""
+    static_budgets = {b for b in (Budget(REFERENCE_BUDGET), *budgets) if b.static_trains}
     out = []
     for arm in arms:
         if arm.kind == "static":
