@@ -65,6 +65,7 @@ frontier)
         --dynamic-fractions none --output-dir "$OUT/frontier" 2>&1 | tee "$OUT/frontier.log" | tail -40
     ;;
 resnet-screen)
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # see resnet-confirm
     # Every variant is one single-cell study (static at $EPOCHS epochs, seed 0, validation),
     # all trained at once: the GPU is launch-bound at these sizes, so processes side by side
     # share it well. The rule that picks the recipe is in docs/results/preregistered.md.
@@ -82,6 +83,9 @@ resnet-screen)
     "$PY" scripts/bench_gpu_runs.py --experiment gpu-resnet --study screen- --output "$OUT/screen.md"
     ;;
 resnet-confirm)
+    # OMP_NUM_THREADS=1: the workers' CPU threads are launch threads; PyTorch's default of one
+    # per core, in every worker, starved them all (nine processes trained no cell in 195 s).
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
     read -ra opts <<<"${RECIPE:?the recipe the screen picked, e.g. RECIPE='--lr 0.2'}"
     timeout "${CAP_S:-400}" "$PY" -m pipeline.study "${resnet[@]}" "${opts[@]}" --phase confirm \
         --arms static,dynamic,dynamic-random --budgets "${BUDGETS:-flops:0.5,flops:1}" --seeds "$SEEDS" \
