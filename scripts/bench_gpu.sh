@@ -69,10 +69,13 @@ resnet-screen)
     # Every variant is one single-cell study (static at $EPOCHS epochs, seed 0, validation),
     # all trained at once: the GPU is launch-bound at these sizes, so processes side by side
     # share it well. The rule that picks the recipe is in docs/results/preregistered.md.
-    "$PY" -m pipeline.score_difficulty --dataset "$DATASET" --subset "$SUBSET" --device "$DEVICE" \
-        --experiment-name gpu-resnet --run-name gpu-resnet-scores 2>&1 | tail -2
+    if [ -z "${SCORED:-}" ]; then  # SCORED=1: the store has this data's score_difficulty run
+        "$PY" -m pipeline.score_difficulty --dataset "$DATASET" --subset "$SUBSET" --device "$DEVICE" \
+            --experiment-name gpu-resnet --run-name gpu-resnet-scores 2>&1 | tail -2
+    fi
     for variant in "${RESNET_VARIANTS[@]}"; do
         name=${variant%%:*}
+        [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && continue  # ONLY="base curve-30"
         read -ra opts <<<"${variant#*:}"
         timeout "${CAP_S:-400}" "$PY" -m pipeline.study "${resnet[@]}" --arms static --budgets epochs \
             --seeds 0 --epochs "$EPOCHS" --study-name "screen-$name" "${opts[@]}" \
@@ -91,6 +94,16 @@ resnet-confirm)
         --arms static,dynamic,dynamic-random --budgets "${BUDGETS:-flops:0.5,flops:1}" --seeds "$SEEDS" \
         --epochs "$EPOCHS" --workers "${WORKERS:-8}" --study-name "${STUDY:-resnet-confirm}" \
         >"$OUT/confirm.log" 2>&1 || echo "confirm: exit $?"
+    pkill -f "pipeline.study.*${STUDY:-resnet-confirm}" || true  # its workers, where the cap ended it
+    # Cut off by CAP_S before its evaluate: test accuracy for the cells that finished, once each
+    todo=$(STUDY_NAME=${STUDY:-resnet-confirm} "$PY" -c "import mlflow, os
+query = f\"tags.study_name = '{os.environ['STUDY_NAME']}' and attributes.status = 'FINISHED'\"
+runs = mlflow.search_runs(search_all_experiments=True, output_format='list', filter_string=query)
+print(','.join(r.info.run_id for r in runs if 'study_cell' in r.data.tags and 'test/acc' not in r.data.metrics))")
+    if [ -n "$todo" ]; then
+        "$PY" -m pipeline.evaluate --runs "$todo" --experiment-name gpu-resnet \
+            --run-name "${STUDY:-resnet-confirm}-evaluate-after-cap" >"$OUT/evaluate.log" 2>&1 || echo "evaluate: exit $?"
+    fi
     "$PY" scripts/bench_gpu_runs.py --experiment gpu-resnet --study "${STUDY:-resnet-confirm}" \
         --output "$OUT/confirm.md"
     ;;
