@@ -34,6 +34,7 @@ GATED_SEEDS: dict[tuple[int, int], str] = {
     (700, 701): "the growth fix (re-warm)",
     (710, 714): "the random start of new layers",
     (720, 724): "read one at a time as the gate for making the random start the default",
+    (900, 904): "the residual confirmation whose test readout was lost; its validation was read",
 }
 
 
