@@ -14,6 +14,7 @@
 # FAILED and its cell train again. Stops both servers and removes the directory (KEEP=1 keeps
 # it). Exit status 77: PostgreSQL is absent and could not be installed.
 #
+# SPEEDUP=1 times one study grid with one worker, then two, on the same servers.
 # FAULTS=1 then measures the shared set-up's faults on the same servers and prints what each
 # left (docs/entry-points.md, "When things go wrong"): the MLflow server down for 30 s while a
 # run trains, and PostgreSQL restarted while two tune workers share a study.
@@ -189,6 +190,20 @@ print(f"distributed study OK: 8 cells, each finished once; the cell killed mid-r
       f"({killed.data.tags['study_cell']}) trained again; report fetched over HTTP")
 EOF
 
+if [ "${SPEEDUP:-0}" = 1 ]; then
+    # SPEEDUP=1: the wall-clock of one grid (2 seeds x static, dynamic x 2 budgets: 8 cells) on
+    # these servers, one worker on every core against two workers on one core each.
+    grid() { "$PY" -m pipeline.study --storage "$OPTUNA_STORAGE" --subset 4000 --epochs 6 --seeds 82,83 \
+        --arms static,dynamic --budgets epochs,flops:0.5 "$@"; }
+    cores=$(nproc)
+    for n in 1 2; do
+        start=$(date +%s.%N)
+        (cd "$WORK/machine-a" && OMP_NUM_THREADS=$((cores / n)) grid --workers "$n" \
+            --study-name "speedup-$n" >"$WORK/speedup-$n.log" 2>&1) || { tail -5 "$WORK/speedup-$n.log" >&2; exit 1; }
+        end=$(date +%s.%N)
+        echo "speedup: $n worker(s), $((cores / n)) thread(s) each: $(echo "$end - $start" | bc) s for 8 cells" >&2
+    done
+fi
 [ "${FAULTS:-0}" = 1 ] || exit 0
 # FAULTS=1: the shared set-up's faults, measured on the same servers (not run by the tests).
 # 1. The MLflow tracking server is down for 30 s while a run trains, then back on its port.
