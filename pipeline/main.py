@@ -28,7 +28,7 @@ from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.runs import tracked_run
 from pipeline.training.config import TrainConfig
 from pipeline.workflow.conclusion import record_outcome
-from pipeline.workflow.presets import PRESETS, Preset
+from pipeline.workflow.presets import PRESETS, Preset, smoke_caveat
 from pipeline.workflow.steps import StepRunner
 from pipeline.workflow.variants import noise_label, train_level
 
@@ -184,7 +184,8 @@ def run(cfg: MainConfig) -> str:
             )
             training += train_level(step, options, preset, data, data_params, scores[rate])
         evaluation = step("evaluate", runs=",".join(training), run_name=f"evaluate-{cfg.preset}")
-        record_outcome(step, training, scores, evaluation, cfg.registered_model or f"growing-cnn-{data.name}")
+        model_name = cfg.registered_model or f"growing-cnn-{data.name}"
+        record_outcome(step, training, scores, evaluation, model_name, smoke_caveat(preset))
         return active.info.run_id
 
 

@@ -5,7 +5,8 @@
 #                                   # --compile true --compile-mode reduce-overhead (CUDA graphs);
 #                                   # then 12-epoch static and dynamic runs, eager and compiled
 #   scripts/bench_gpu.sh frontier   # static-12, dynamic-12 and dynamic at static-12's seconds
-#                                   # that trained (a seconds budget on CUDA), test split via evaluate
+#                                   # that trained (a seconds budget on CUDA), a study (PHASE=confirm:
+#                                   # the test split via evaluate)
 #   scripts/bench_gpu.sh resnet-screen   # the residual baseline's recipe screen on tuning seed 0
 #                                   # (validation only): one study per variant, all at once
 #   scripts/bench_gpu.sh resnet-confirm  # its confirmation: RECIPE="--lr ..." on SEEDS, a study
@@ -61,8 +62,12 @@ step)
     "$PY" scripts/bench_gpu_runs.py --experiment gpu --output "$OUT/runs.md" | tee "$OUT/runs.log"
     ;;
 frontier)
-    "$PY" scripts/bench_frontier.py --dataset "$DATASET" --seeds "$SEEDS" --subset "$SUBSET" --fractions 1 \
-        --dynamic-fractions none --output-dir "$OUT/frontier" 2>&1 | tee "$OUT/frontier.log" | tail -40
+    # A study: static-12, dynamic-12 and dynamic at static-12's seconds that trained. PHASE=confirm
+    # reads the test split through evaluate (fresh seeds only); the default screen reads validation.
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+    "$PY" -m pipeline.study --dataset "$DATASET" --seeds "$SEEDS" --subset "$SUBSET" --device "$DEVICE" \
+        --arms static,dynamic --budgets epochs,seconds --phase "${PHASE:-screen}" --experiment-name gpu \
+        --study-name "gpu-frontier-${PHASE:-screen}" 2>&1 | tee "$OUT/frontier.log" | tail -40
     ;;
 resnet-screen)
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # see resnet-confirm

@@ -216,3 +216,14 @@ def test_the_report_draws_memorisation_and_noisy_share_per_epoch(tmp_path):
         tmp_path / "clean",
     )
     assert not clean.noise_curves_png.exists()
+
+
+def test_a_preset_smaller_than_the_full_study_says_it_cannot_tell_the_direction():
+    import dataclasses
+
+    from pipeline.workflow.presets import FULL_STUDY_SEEDS, PRESETS, smoke_caveat
+
+    assert smoke_caveat(PRESETS["quick"]).startswith("Too small to tell: 3 seed(s) on 10,000 examples")
+    whole = dataclasses.replace(PRESETS["full"], seeds=tuple(range(FULL_STUDY_SEEDS)))
+    assert smoke_caveat(whole) == ""
+    assert "all examples" in smoke_caveat(PRESETS["full"])  # three seeds are too few even on all data

@@ -135,6 +135,9 @@ def test_main_runs_the_study_and_a_second_run_reuses_every_step(tracking, tmp_pa
     report = {a.path for a in mlflow.MlflowClient().list_artifacts(evaluation.info.run_id, "report")}
     assert {"report/report.html", "report/comparison.csv", "report/paired.csv"} <= report
     assert "## Conclusion" in first.stdout and "full report: runs:/" in first.stdout
+    # A run this small says it cannot tell the full study's direction, under its Conclusion
+    assert "Too small to tell: " in first.stdout and main_run.data.tags["caveat"].startswith("Too small")
+    assert "Downloading artifacts" not in first.stdout + first.stderr  # one line per run
 
     second = _main(tracking, experiment_id)
     assert second.returncode == 0, second.stderr[-3000:]

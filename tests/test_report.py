@@ -192,7 +192,8 @@ def check_words(md):
     better = next(line for line in lines if line.startswith("- dynamic-default+tiers vs static"))
     noise = next(line for line in lines if line.startswith("- dynamic-default+tiers-random vs static"))
     first = better.split(";")[0]  # the test/acc (all) clause
-    assert "significant: dynamic-default+tiers is better" in first and "within noise" not in first
+    assert "significant after Holm's correction" in first and "dynamic-default+tiers is better" in first
+    assert "within noise" not in first
     assert "within noise" in noise.split(";")[0] and "significant" not in noise.split(";")[0]
     # The answer at a glance opens the Conclusion: one row per variant against its static twin.
     answer_table = md.split("## Conclusion")[1].split("\n- ")[0]
@@ -331,6 +332,31 @@ def test_a_deterministic_difference_gets_no_p_value_and_no_test():
     assert p_cell(row, "p_t") == "— (deterministic)"
     assert verdict(row).startswith("deterministic")
     assert "p =" not in diff_phrase(row) and "deterministic" in diff_phrase(row)
+
+
+def test_tier_verdicts_are_holm_corrected_over_the_reports_accuracy_tests():
+    """Three variants x four tiers: twelve tests. A tier's p = 0.02 with an interval clear of 0
+    was called significant; corrected over the twelve it is not, while p = 0.001 still is."""
+    from pipeline.report.comparison import _correct_accuracy_tests
+    from pipeline.report.wording import verdict
+
+    def row(group, metric, p, low=0.01):
+        return {"group": group, "metric": metric, "baseline": "static", "note": "", "n_pairs": 3,
+                "mean_diff": 0.02, "diff_ci_low": low, "diff_ci_high": 0.03, "p_t": p,
+                "within_noise": low <= 0}  # fmt: skip
+
+    tiers = ["test/acc", "test/acc_easy", "test/acc_medium", "test/acc_hard"]
+    rows = [row(g, m, 0.5, low=-0.01) for g in ("a", "b", "c") for m in tiers]
+    rows[3] = row("a", "test/acc_hard", 0.02)
+    rows[5] = row("b", "test/acc_easy", 0.001)
+    rows.append(row("a", "train/flops_cumulative", 0.0, low=0.03))  # deterministic: not a test
+    _correct_accuracy_tests(rows)
+    assert rows[3]["p_holm"] == pytest.approx(11 * 0.02)  # the second smallest of twelve
+    assert rows[5]["p_holm"] == pytest.approx(12 * 0.001)
+    assert math.isnan(rows[-1]["p_holm"])
+    assert verdict(pd.Series(rows[3])).startswith("not significant after Holm's correction")
+    said = verdict(pd.Series(rows[5]))
+    assert said.startswith("significant after Holm's correction") and said.endswith("b is better")
 
 
 def test_report_has_an_early_exits_section_for_runs_with_exits(tracking, tmp_path):

@@ -42,7 +42,9 @@ def _trials(tmp_path, name: str) -> optuna.Study:
 
 def test_a_screen_trains_its_grid_as_child_runs_once(tracking, tmp_path, monkeypatch):
     runner = CliRunner()
-    args = [*SMALL, "--seeds", "50,51", "--budgets", "epochs,flops:0.5,seconds", "--study-name", "scr"]
+    # Under a named recipe: its options on both arms, and its growing arms' on those alone
+    args = [*SMALL, "--seeds", "50,51", "--budgets", "epochs,flops:0.5,seconds", "--recipe"]
+    args += ["erase+wd1e-3+growth-lr0.5", "--study-name", "scr"]
     scores = runner.invoke(score_difficulty.main, ["--subset", "300", "--epochs", "1"])
     assert scores.exit_code == 0, scores.output  # it scores the test split to cut its tiers
     monkeypatch.setenv(REFUSE_TEST_ENV, "1")  # a screen never reads the test split
@@ -62,6 +64,13 @@ def test_a_screen_trains_its_grid_as_child_runs_once(tracking, tmp_path, monkeyp
         cells["dynamic@seconds#50"].data.params["budget"] == f"run:{cells['static@epochs#50'].info.run_id}:s"
     )
     assert queue.finished(trials) == {k: r.info.run_id for k, r in cells.items()}
+    static_params, dynamic_params = (
+        cells["static@epochs#50"].data.params,
+        cells["dynamic@epochs#50"].data.params,
+    )
+    assert static_params["weight_decay"] == dynamic_params["weight_decay"] == "0.001"
+    assert static_params["augment"] == dynamic_params["augment"] == "erase"
+    assert (static_params["growth_lr_scale"], dynamic_params["growth_lr_scale"]) == ("1.0", "0.5")
     assert "dynamic@seconds vs static@epochs" in first.output and "exploratory" in first.output
     client = mlflow.MlflowClient()
     artifacts = {a.path for a in client.list_artifacts(parent, "study")}

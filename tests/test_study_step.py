@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.cli import ConfigError
+from pipeline.report import stats
 from pipeline.study import grid, protocol, report
 from pipeline.study.grid import Budget, Cell
 
@@ -87,10 +88,10 @@ def test_each_arm_is_set_against_static_at_its_budget_where_static_trains_there(
 
 def test_holm_matches_its_definition():
     # sorted 0.005, 0.01, 0.03, 0.04 -> 4 * 0.005, 3 * 0.01, 2 * 0.03, max(that, 1 * 0.04)
-    adjusted = protocol.holm([0.01, 0.04, 0.03, 0.005, math.nan])
+    adjusted = stats.holm([0.01, 0.04, 0.03, 0.005, math.nan])
     assert adjusted[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert math.isnan(adjusted[4])
-    assert protocol.holm([0.9, 0.8]) == pytest.approx([1.0, 1.0])
+    assert stats.holm([0.9, 0.8]) == pytest.approx([1.0, 1.0])
 
 
 def test_a_seed_that_gated_a_choice_or_screened_cannot_confirm():
@@ -138,7 +139,7 @@ def test_the_report_pairs_by_seed_corrects_and_says_what_it_found():
     assert first["ahead"] == 3 and first["n"] == 3
     assert first["seconds_ratio"] == pytest.approx(0.7) and first["flops_ratio"] == pytest.approx(0.6)
     assert first["diff_points_hard"] == pytest.approx(2.0)
-    assert list(table["p_holm"]) == pytest.approx(protocol.holm(list(table["p_t"])))
+    assert list(table["p_holm"]) == pytest.approx(stats.holm(list(table["p_t"])))
     assert set(table["label"]) == {"exploratory"}
     points = report.frontier(rows)
     # dynamic's frontier (50 s: 0.81, 70 s: 0.82) reaches static's 0.80 before its first point
@@ -155,3 +156,21 @@ def test_the_report_figure_and_text_are_written(tmp_path):
     doc = {"study": "t", "phase": "screen", "label": "exploratory", "metric": "val/acc", "seeds": "1,2,3"}
     text = report.markdown({**doc, "epochs": 4, "static_spec": "default", "health": {}}, table)
     assert "dynamic@flops:0.5 vs static@flops:0.5 | 3 | +3.00 (+3.00 to +3.00) | 3 of 3 | 0.000" in text
+
+
+def test_every_named_recipe_is_options_the_steps_take():
+    import dataclasses
+
+    from pipeline.curriculum.config import DynamicCurriculumConfig
+    from pipeline.run.plan import GrowthConfig
+    from pipeline.study.config import GridConfig
+    from pipeline.study.recipes import RECIPES
+    from pipeline.training.config import TrainConfig
+
+    for name, lever in RECIPES.items():
+        dataclasses.replace(TrainConfig(), **lever.both, **lever.dynamic).validate()
+        DynamicCurriculumConfig(**lever.diet)
+        GrowthConfig(**lever.growth).validate()
+        assert not {"start_spec", "schedule"} & set(lever.growth), name  # static trains what growth ends in
+    with pytest.raises(ConfigError, match="--recipe 'nope'"):
+        GridConfig(seeds="1", recipe="nope").parsed()

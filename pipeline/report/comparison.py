@@ -10,15 +10,15 @@ import numpy as np
 import pandas as pd
 
 from pipeline.report.groups import Group
-from pipeline.report.metrics import METRICS, TIME_TO_TARGET, fmt
-from pipeline.report.stats import paired_test, summary
+from pipeline.report.metrics import METRICS, TIERS, TIME_TO_TARGET, fmt
+from pipeline.report.stats import holm, paired_test, summary
 
 # fmt: off
 COMPARISON_COLUMNS = [
     "group", "setting", "variant", "entry_point", "final_spec_id", "metric", "n", "mean", "std", "ci_low",
     "ci_high", "baseline", "pairing", "n_pairs", "mean_diff", "diff_ci_low", "diff_ci_high", "t_stat", "p_t",
-    "p_wilcoxon", "within_noise", "ratio_to_baseline", "paired_ratio", "ratio_ci_low", "ratio_ci_high",
-    "target_acc", "note",
+    "p_wilcoxon", "p_holm", "within_noise", "ratio_to_baseline", "paired_ratio", "ratio_ci_low",
+    "ratio_ci_high", "target_acc", "note",
 ]
 PAIRED_COLUMNS = [
     "group", "baseline", "metric", "seed", "run_ids", "baseline_run_ids", "value", "baseline_value", "diff",
@@ -100,7 +100,23 @@ def comparison_rows(groups: list[Group]) -> tuple[list[dict], list[dict]]:
                     )
             row["note"] = "; ".join(notes)
             comparison.append(row)
+    _correct_accuracy_tests(comparison)
     return comparison, paired
+
+
+def _correct_accuracy_tests(comparison: list[dict]) -> None:
+    """``p_holm``: each test-accuracy comparison's paired t p, Holm-adjusted over every such
+    comparison of the report (all variants, overall and per tier): a report of three variants
+    and four tiers makes twelve tests, and one of them at p = 0.02 is no finding."""
+    family = [
+        r for r in comparison
+        if r["metric"] in TIERS and r["baseline"] and r["n_pairs"] >= 2
+        and r["diff_ci_low"] != r["diff_ci_high"]  # a deterministic difference is no test
+    ]  # fmt: skip
+    for row, adjusted in zip(family, holm([r["p_t"] for r in family])):
+        row["p_holm"] = adjusted
+    for row in comparison:
+        row.setdefault("p_holm", math.nan)
 
 
 def _pairing(g: Group) -> str:

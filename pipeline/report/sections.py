@@ -26,7 +26,9 @@ from pipeline.report.wording import (
     duplicate_lines,
     health_lines,
     interval,
+    method_lines,
     p_cell,
+    tier_lines,
     verdict,
 )
 
@@ -108,9 +110,15 @@ def _conclusion(comp: pd.DataFrame, groups: list[Group], ordering: Sequence[dict
     blocks: list[Block] = [("h", 2, "Conclusion")] + ([("ul", warned)] if warned else [])
     if answers := answer_table(comp, caveats):  # the answer at a glance, before its words
         blocks.append(("table", ANSWER_HEAD, answers))
-    blocks.append(("ul", said))
+    if said:
+        blocks.append(("ul", said))
+    # The console (main) prints the Conclusion up to its first subsection: the table and the
+    # few lines above. The detail follows here and in the rest of the report.
+    if tiers := tier_lines(comp, caveats):
+        blocks += [("h", 3, "Per tier"), ("ul", tiers)]
     if bullets := comparison_bullets(comp, groups):
         blocks += [("h", 3, "Each variant against its matched static baseline"), ("ul", bullets)]
+    blocks += [("h", 3, "How the verdicts are reached"), ("ul", method_lines(comp))]
     return blocks
 
 

@@ -134,3 +134,17 @@ def roc_auc(scores: Iterable[float], positive: Iterable[bool]) -> float:
     ranks = sps.rankdata(s)  # mid-ranks: ties share their mean rank
     u = ranks[pos].sum() - n_pos * (n_pos + 1) / 2
     return float(u / (n_pos * n_neg))
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (same order as given): the family-wise error over
+    all of a study's comparisons stays at most alpha when each is read against alpha. NaN stays
+    NaN and does not count toward the family's size."""
+    ranked = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
+    m = len(ranked)
+    adjusted = [math.nan] * len(p_values)
+    running = 0.0
+    for k, (p, i) in enumerate(ranked):
+        running = max(running, min(1.0, (m - k) * p))
+        adjusted[i] = running
+    return adjusted

@@ -3,6 +3,7 @@ difference, and how a difference, a ratio or a mean with its interval is said.""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -51,6 +52,9 @@ def duplicate_lines(groups: Sequence[Group]) -> list[str]:
     return lines
 
 
+HOLM_ALPHA = 0.05  # the family-wise error of a report's test-accuracy verdicts
+
+
 def _noun(seeds: int) -> str:
     return "seed" if seeds == 1 else "seeds"
 
@@ -58,13 +62,13 @@ def _noun(seeds: int) -> str:
 def conclusion(
     comp: pd.DataFrame, ordering: Sequence[dict] = (), caveats: dict[str, str] | None = None
 ) -> list[str]:
-    """The answer first (each variant against its static twin: cost ratios and accuracy
-    difference; then each curriculum against its random-order control), then per tier which
-    variant has the best mean and whether that is more than noise. ``caveats`` (group label ->
-    text, e.g. a collapsed seed in its mean) are said beside that group's numbers."""
-    caveats = caveats or {}
-    lines = _answer(comp, caveats) + _ordering_answer(list(ordering))
-    settings = sorted(comp["setting"].fillna("").unique()) if "setting" in comp.columns else [""]
+    """The answer, a few lines: each variant against its static twin (cost ratios and accuracy
+    difference), each curriculum against its random-order control, and whether the runs fall
+    into settings that cannot be compared. ``caveats`` (group label -> text, e.g. a collapsed
+    seed in its mean) are said beside that group's numbers. Per tier and how to read the
+    verdicts follow in their own sections (``tier_lines``, ``method_lines``)."""
+    lines = _answer(comp, caveats or {}) + _ordering_answer(list(ordering))
+    settings = _settings(comp)
     if len(settings) > 1:
         lines.append(
             f"The runs fall into {len(settings)} settings that cannot be compared with each other "
@@ -72,7 +76,20 @@ def conclusion(
             "with the static baseline of its own setting (or, given a static run's cost as its budget, "
             "with those static runs, at equal cost)."
         )
-    for setting, metric in [(s, m) for s in settings for m in TIERS]:
+    if not lines and not tier_lines(comp):
+        lines.append("No run logged test accuracy: run the evaluate step's test pass first.")
+    return lines
+
+
+def _settings(comp: pd.DataFrame) -> list[str]:
+    return sorted(comp["setting"].fillna("").unique()) if "setting" in comp.columns else [""]
+
+
+def tier_lines(comp: pd.DataFrame, caveats: dict[str, str] | None = None) -> list[str]:
+    """Per setting and tier: which variant has the best mean test accuracy, and whether that is
+    more than noise after Holm's correction (``verdict``)."""
+    caveats, lines = caveats or {}, []
+    for setting, metric in [(s, m) for s in _settings(comp) for m in TIERS]:
         rows = comp[comp["metric"] == metric]
         if "setting" in comp.columns:
             rows = rows[rows["setting"].fillna("") == setting]
@@ -91,13 +108,17 @@ def conclusion(
             lines.append(f"{head}; it has no matched static baseline, so no paired test is possible.")
         else:
             lines.append(f"{head}, {diff_phrase(best)} against {best['baseline']}: {verdict(best)}.")
-    if not lines:
-        lines.append("No run logged test accuracy: run the evaluate step's test pass first.")
-    lines.append(
+    return lines
+
+
+def method_lines(comp: pd.DataFrame) -> list[str]:
+    """How the verdicts are reached: pairing, the interval, Holm's correction, Wilcoxon's floor."""
+    lines = [
         "Each variant is compared with the static network of the same final architecture, paired by "
-        "seed; a difference is called significant only when the 95% CI of the paired difference "
-        "excludes 0, and within noise when it includes 0."
-    )
+        "seed; a difference is within noise when the 95% CI of the paired difference includes 0, and "
+        "a test-accuracy difference is called significant only when, besides, its paired t p stays "
+        "below 0.05 after Holm's correction over all of the report's test-accuracy comparisons."
+    ]
     paired = comp[comp["baseline"] != ""]
     if paired["n_pairs"].between(2, 5).any():
         lines.append(
@@ -289,7 +310,14 @@ def verdict(row: pd.Series) -> str:
     if row["within_noise"]:
         return "within noise (the 95% CI of the paired difference includes 0)"
     better = (row["mean_diff"] > 0) == METRICS[row["metric"]].higher_is_better
-    return f"significant: {row['group']} is {'better' if better else 'worse'}"
+    said = f"{row['group']} is {'better' if better else 'worse'}"
+    adjusted = row.get("p_holm", math.nan)
+    if row["metric"] in TIERS and math.isfinite(adjusted):
+        holm = f"Holm's correction over the report's test-accuracy tests (adjusted p = {_p(adjusted)})"
+        if adjusted >= HOLM_ALPHA:
+            return f"not significant after {holm}"
+        return f"significant after {holm}: {said}"
+    return f"significant: {said}"
 
 
 def _deterministic(row: pd.Series) -> bool:

@@ -16,6 +16,7 @@ from pipeline.data.config import DataConfig
 from pipeline.run.plan import GrowthConfig
 from pipeline.run.session import RunConfig
 from pipeline.study.grid import ARMS, Cell, budget_option
+from pipeline.study.recipes import recipe
 from pipeline.tracking.runs import RUN_TAGS
 from pipeline.training.config import TrainConfig
 
@@ -35,6 +36,7 @@ class StudyRuns:
     train_cfg: TrainConfig  # the recipe of every arm; seed and budget are the cell's
     start_spec: str
     schedule: str
+    recipe: str  # a name of pipeline/study/recipes.py; train_cfg already holds its options for every arm
     final: ArchSpec  # what the static arm trains: the network the growth ends in
     scores_run: str
     reference_flops: float  # training FLOPs of static at --epochs
@@ -71,12 +73,13 @@ def cell_tags(runs: StudyRuns, cell: Cell, trial_number: int) -> dict[str, str]:
 
 def train_cell(runs: StudyRuns, cell: Cell, trial_number: int, reference_run_id: str = "") -> str:
     """Train ``cell``; its run id. A seconds cell needs its reference run's id."""
-    arm = ARMS[cell.arm]
+    arm, lever = ARMS[cell.arm], recipe(runs.recipe)
+    growing = arm.kind != "static"
     train = dataclasses.replace(
         runs.train_cfg,
         seed=cell.seed,
         budget=budget_option(cell, runs.reference_flops, reference_run_id),
-        **arm.train,
+        **{**(lever.dynamic if growing else {}), **arm.train},
     )
     run_cfg = RunConfig(
         run_name=f"{runs.study}-{cell.key}", experiment_name=runs.experiment_name, progress=False
@@ -92,8 +95,12 @@ def train_cell(runs: StudyRuns, cell: Cell, trial_number: int, reference_run_id:
                 run_cfg,
             )
         else:
-            growth = GrowthConfig(start_spec=runs.start_spec, schedule=runs.schedule, **arm.growth)
-            diet = DynamicCurriculumConfig(scores_run=runs.scores_run or "auto", **arm.curriculum)
+            growth = GrowthConfig(
+                start_spec=runs.start_spec, schedule=runs.schedule, **{**lever.growth, **arm.growth}
+            )
+            diet = DynamicCurriculumConfig(
+                scores_run=runs.scores_run or "auto", **{**lever.diet, **arm.curriculum}
+            )
             train_dynamic.run(runs.data_cfg, train, growth, diet, run_cfg)
     finally:
         RUN_TAGS.reset(token)

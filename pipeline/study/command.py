@@ -47,6 +47,7 @@ from pipeline.study.cell import PHASE_TAG, STUDY_TAG, StudyRuns, static_descript
 from pipeline.study.config import ENTRY_POINT, GridConfig, StudyConfig
 from pipeline.study.grid import cells, comparisons
 from pipeline.study.protocol import CORRECTION, METRIC, Preregistration, check_confirm_seeds
+from pipeline.study.recipes import recipe
 from pipeline.tracking.artifacts import log_dataset
 from pipeline.tracking.errors import raise_terminated
 from pipeline.tracking.guard import GuardedCommand, main_guard
@@ -71,6 +72,7 @@ def definition(
 def study_runs(configs: tuple, parent: str, scores_run: str, data=None) -> StudyRuns:
     """The cells' shared setting; loads the data only to fit the networks to it."""
     data_cfg, train_cfg, grid_cfg, study_cfg = configs
+    train_cfg = dataclasses.replace(train_cfg, **recipe(grid_cfg.recipe).both)  # every arm's
     data = data or load_data(data_cfg)  # never the test split
     start = resolve_spec(grid_cfg.start_spec, data.input_shape, data.num_classes)
     final = validate_schedule(start, parse_schedule(grid_cfg.schedule, train_cfg.epochs), train_cfg.epochs)
@@ -83,6 +85,7 @@ def study_runs(configs: tuple, parent: str, scores_run: str, data=None) -> Study
         train_cfg=train_cfg,
         start_spec=grid_cfg.start_spec,
         schedule=grid_cfg.schedule,
+        recipe=grid_cfg.recipe,
         final=final,
         scores_run=scores_run,
         reference_flops=static_training_flops(final, data, train_cfg.epochs),

@@ -1,6 +1,6 @@
 """study's options: the grid's (``GridConfig``) and the study's (``StudyConfig``), beside the
 data and training options (the recipe every arm shares). Imports none of the study's modules
-but the grid and the protocol."""
+but the grid, the protocol and the recipes."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pipeline.cli import ConfigError, opt
 from pipeline.study.grid import ARMS, parse_arms, parse_budget, parse_seeds
 from pipeline.study.protocol import PHASES
+from pipeline.study.recipes import RECIPES, recipe
 
 ENTRY_POINT = "study"
 
@@ -26,8 +27,12 @@ class GridConfig:
     start_spec: str = opt("minimal", "the growing arms' start network (name, JSON file or string)")
     schedule: str = opt("default", "the growth schedule; static trains the network it ends in")
     scores_run: str = opt("auto", "score_difficulty run id or runs:/ URI; auto: the newest one for this data")
+    recipe: str = opt(
+        "base", f"a named lever over the options above, on every arm it concerns: {', '.join(RECIPES)}"
+    )
 
     def parsed(self):
+        recipe(self.recipe)  # refused before anything runs
         return (
             parse_arms(self.arms),
             tuple(parse_budget(b) for b in self.budgets.split(",")),

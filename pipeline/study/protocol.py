@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass
 
 from pipeline.cli import ConfigError
@@ -85,20 +84,6 @@ class Preregistration:
     def digest(self) -> str:
         text = json.dumps(self.to_dict(), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def holm(p_values: list[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (same order as given): the family-wise error over
-    all of a study's comparisons stays at most alpha when each is read against alpha. NaN stays
-    NaN and does not count toward the family's size."""
-    ranked = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
-    m = len(ranked)
-    adjusted = [math.nan] * len(p_values)
-    running = 0.0
-    for k, (p, i) in enumerate(ranked):
-        running = max(running, min(1.0, (m - k) * p))
-        adjusted[i] = running
-    return adjusted
 
 
 def label(phase: str, seeds: tuple[int, ...], preregistered: bool) -> str:

@@ -4,6 +4,7 @@ interruption exit 130, a bug keeps its traceback; a run ``mlflow run`` made ends
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import signal
 import sys
@@ -51,6 +52,12 @@ def main_guard(fn):
         # Read now: MLflow clears the variable when a run ends, and with --resume the run
         # that ends is not the one `mlflow run` made for this step.
         outer_run_id = os.environ.get("MLFLOW_RUN_ID", "")
+        # MLflow draws a "Downloading artifacts" bar for every artifact a step reads (a scores
+        # table, a model): three per run under `main`, burying its one line per run. A user who
+        # wants them sets the variable.
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        if not os.environ.get("MLFLOW_LOGGING_LEVEL"):  # "Validating input example" per model
+            logging.getLogger("mlflow.pyfunc").setLevel(logging.WARNING)
         # SIGTERM before the run is open (data loading) is an interruption too, not a silent death.
         previous = signal.signal(signal.SIGTERM, raise_terminated)
         # A step that `mlflow run` started: python -m pipeline.<step> runs pipeline/<step>.py or

@@ -16,11 +16,17 @@ from pipeline.workflow.steps import StepRunner
 
 
 def record_outcome(
-    step: StepRunner, training: list[str], scores: dict[float, str], evaluation: str, model_name: str
+    step: StepRunner,
+    training: list[str],
+    scores: dict[float, str],
+    evaluation: str,
+    model_name: str,
+    caveat: str = "",
 ) -> None:
     """Log onto main's active run the steps it ran or reused (``steps.csv``, ``steps/*``), the
     best training run's model registered as ``model_name``'s champion, and tags naming the
-    scores, evaluate run and report; then print the report's Conclusion."""
+    scores, evaluate run and report; then print the report's Conclusion, and ``caveat`` (what
+    the preset is too small to tell) after it."""
     with scratch_dir() as tmp:
         steps = pd.DataFrame(step.log)
         steps.to_csv(tmp / "steps.csv", index=False)
@@ -40,11 +46,14 @@ def record_outcome(
             "scores_run_id": ",".join(scores.values()),
             "report": f"runs:/{evaluation}/report/report.html",
             "reused_runs": ",".join(reused)[:5000],
+            "caveat": caveat,
         }
     )
     mlflow.log_metrics({"steps/total": len(step.log), "steps/reused": len(reused)})
     click.echo(f"main: {len(reused)} of {len(step.log)} steps reused", err=True)
     print_conclusion(evaluation)
+    if caveat:
+        click.echo(f"\n{caveat}")
 
 
 def print_conclusion(evaluate_run_id: str) -> None:
