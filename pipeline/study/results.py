@@ -56,14 +56,13 @@ def evaluate_once(finished: dict[str, str], runs: StudyRuns) -> None:
     todo = [r for r in finished.values() if "test/acc" not in client.get_run(r).data.metrics]
     if not todo:
         return
+    name = f"{runs.study}-evaluate" + (f"-{next(iter(finished))}" if len(finished) == 1 else "")
     token = RUN_TAGS.set(
         {"mlflow.parentRunId": runs.parent_run_id, STUDY_TAG: runs.study, PHASE_TAG: runs.phase}
     )
     try:
         evaluate.run(
-            evaluate.EvaluateConfig(
-                runs=",".join(todo), run_name=f"{runs.study}-evaluate", experiment_name=runs.experiment_name
-            )
+            evaluate.EvaluateConfig(runs=",".join(todo), run_name=name, experiment_name=runs.experiment_name)
         )
     finally:
         RUN_TAGS.reset(token)

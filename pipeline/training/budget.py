@@ -130,6 +130,14 @@ def scale_epoch(epoch: int, written_for: int, epochs: int) -> int:
     return max(0, min(epochs, math.floor(epoch * epochs / written_for + 0.5)))
 
 
+# A step is predicted at this run's mean seconds per example, but one can take longer (the
+# CPU's jitter; on full CIFAR-10-sized data a step is tens of milliseconds, on a 600-example
+# subset a few, and one such step overran a 4-second budget by 2.4 ms): a seconds budget pays
+# the next step only while half a step more would still fit, so it is never overrun by one slow
+# step, for at most one and a half average steps of its seconds left unspent.
+STEP_MARGIN = 0.5
+
+
 @dataclass
 class BudgetMeter:
     """The stop rule while training: can the next step of ``examples`` examples still be paid?
@@ -162,7 +170,8 @@ class BudgetMeter:
             if examples_done:
                 self.seconds_per_example = elapsed_s / examples_done
             self.progress = min(1.0, (self.spent + elapsed_s) / self.budget.amount)
-            cost = self.spent + elapsed_s + self.seconds_per_example * next_batch + self.reserve_s
+            step = self.seconds_per_example * next_batch * (1 + STEP_MARGIN)
+            cost = self.spent + elapsed_s + step + self.reserve_s
         else:
             return True
         self.last_cost = cost
