@@ -235,7 +235,6 @@ def run(
     study_cfg.validate()
     seeds = grid_cfg.parsed()[2]
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # each cell prints its own line
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one line a cell
     url = study_cfg.storage.strip() or default_storage(mlflow.get_tracking_uri())
     if study_cfg.worker:
         return _join(url, configs)

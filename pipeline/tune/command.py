@@ -167,7 +167,6 @@ def run(
     configs = (data_cfg, train_cfg, space_cfg, study_cfg)
     _check_options(*configs)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # each trial prints its own one line
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # scores load per trial
     # Heartbeats, retries and metric names are "experimental" in Optuna 5; we rely on them knowingly.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     url = study_cfg.storage.strip() or default_storage(mlflow.get_tracking_uri())
