@@ -338,7 +338,7 @@ def test_tier_verdicts_are_holm_corrected_over_the_reports_accuracy_tests():
     """Three variants x four tiers: twelve tests. A tier's p = 0.02 with an interval clear of 0
     was called significant; corrected over the twelve it is not, while p = 0.001 still is."""
     from pipeline.report.comparison import _correct_accuracy_tests
-    from pipeline.report.wording import verdict
+    from pipeline.report.wording import _acc_difference, verdict
 
     def row(group, metric, p, low=0.01):
         return {"group": group, "metric": metric, "baseline": "static", "note": "", "n_pairs": 3,
@@ -357,6 +357,10 @@ def test_tier_verdicts_are_holm_corrected_over_the_reports_accuracy_tests():
     assert verdict(pd.Series(rows[3])).startswith("not significant after Holm's correction")
     said = verdict(pd.Series(rows[5]))
     assert said.startswith("significant after Holm's correction") and said.endswith("b is better")
+    # the Conclusion's answer says the same: a tie, with the adjusted p beside the interval
+    text, word = _acc_difference(pd.Series(rows[3]), "better", "worse", "tie")
+    assert word == "tie" and "Holm-adjusted p = 0.22" in text
+    assert _acc_difference(pd.Series(rows[5]), "better", "worse", "tie")[1] == "better"
 
 
 def test_report_has_an_early_exits_section_for_runs_with_exits(tracking, tmp_path):

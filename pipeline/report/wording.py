@@ -183,7 +183,8 @@ def answer_table(comp: pd.DataFrame, caveats: dict[str, str]) -> list[list[str]]
     """The answer as one row per variant with a matched static baseline (``ANSWER_HEAD``): the
     time ratio (seconds that trained where logged, else wall-clock) and FLOPs ratio with their
     intervals, the paired test-accuracy difference, and one word for the accuracy: better,
-    worse, tie (the interval holds 0) or ? (one seed: no interval)."""
+    worse, tie (the interval holds 0, or Holm's correction over the report's accuracy tests
+    leaves the difference within noise) or ? (one seed: no interval)."""
     table = []
     for group, rows in _paired(comp):
         if "test/acc" not in rows:
@@ -261,12 +262,17 @@ def _ratio_phrase(row: pd.Series, good: str, bad: str) -> str:
 
 def _acc_difference(row: pd.Series, better: str, worse: str, within: str) -> tuple[str, str]:
     """The paired test-accuracy difference with its 95% CI, and which of ``better``, ``worse``
-    and ``within`` the interval says ("" with fewer than 2 pairs: there is no interval)."""
+    and ``within`` the interval says, Holm's correction allowing ("" with fewer than 2 pairs:
+    there is no interval)."""
     diff = fmt("acc", row["mean_diff"], True)
     if row["n_pairs"] < 2:
         return f"{diff} (no interval with {_seeds(int(row['n_pairs']))})", ""
     lo, hi = fmt("acc", row["diff_ci_low"], True), fmt("acc", row["diff_ci_high"], True)
     said = better if row["diff_ci_low"] > 0 else worse if row["diff_ci_high"] < 0 else within
+    adjusted = row.get("p_holm", math.nan)
+    if said != within and math.isfinite(adjusted) and adjusted >= HOLM_ALPHA:
+        # the same verdict as the per-variant and per-tier lines: Holm's correction decides
+        return f"{diff} (95% CI {lo} to {hi}; Holm-adjusted p = {_p(adjusted)})", within
     return f"{diff} (95% CI {lo} to {hi})", said
 
 
