@@ -56,11 +56,8 @@ def main_guard(fn):
         # table, a model): three per run under `main`, burying its one line per run. A user who
         # wants them sets the variable.
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-        if not os.environ.get("MLFLOW_LOGGING_LEVEL"):
-            # "Validating input example" per model, and four lines per step main launches
-            # (its whole command line among them): main says one line a step itself
-            for name in ("mlflow.pyfunc", "mlflow.projects"):
-                logging.getLogger(name).setLevel(logging.WARNING)
+        if not os.environ.get("MLFLOW_LOGGING_LEVEL"):  # "Validating input example" per model
+            logging.getLogger("mlflow.pyfunc").setLevel(logging.WARNING)
         # SIGTERM before the run is open (data loading) is an interruption too, not a silent death.
         previous = signal.signal(signal.SIGTERM, raise_terminated)
         # A step that `mlflow run` started: python -m pipeline.<step> runs pipeline/<step>.py or
