@@ -136,6 +136,10 @@ def roc_auc(scores: Iterable[float], positive: Iterable[bool]) -> float:
     return float(u / (n_pos * n_neg))
 
 
+# The family-wise error every Holm-corrected verdict is read at: a report's, a study's.
+ALPHA = 0.05
+
+
 def holm(p_values: list[float]) -> list[float]:
     """Holm's step-down adjusted p-values (same order as given): the family-wise error over
     all of a study's comparisons stays at most alpha when each is read against alpha. NaN stays

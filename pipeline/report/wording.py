@@ -11,6 +11,7 @@ import pandas as pd
 
 from pipeline.report.groups import Group
 from pipeline.report.metrics import COST_METRICS, METRICS, TIERS, fmt
+from pipeline.report.stats import ALPHA
 
 
 def health_lines(groups: Sequence[Group]) -> list[str]:
@@ -50,9 +51,6 @@ def duplicate_lines(groups: Sequence[Group]) -> list[str]:
                 "averaged into one value, so n counts seeds, not runs."
             )
     return lines
-
-
-HOLM_ALPHA = 0.05  # the family-wise error of a report's test-accuracy verdicts
 
 
 def _noun(seeds: int) -> str:
@@ -269,10 +267,9 @@ def _acc_difference(row: pd.Series, better: str, worse: str, within: str) -> tup
         return f"{diff} (no interval with {_seeds(int(row['n_pairs']))})", ""
     lo, hi = fmt("acc", row["diff_ci_low"], True), fmt("acc", row["diff_ci_high"], True)
     said = better if row["diff_ci_low"] > 0 else worse if row["diff_ci_high"] < 0 else within
-    adjusted = row.get("p_holm", math.nan)
-    if said != within and math.isfinite(adjusted) and adjusted >= HOLM_ALPHA:
+    if said != within and _corrected_away(row):
         # the same verdict as the per-variant and per-tier lines: Holm's correction decides
-        return f"{diff} (95% CI {lo} to {hi}; Holm-adjusted p = {_p(adjusted)})", within
+        return f"{diff} (95% CI {lo} to {hi}; Holm-adjusted p = {_p(row['p_holm'])})", within
     return f"{diff} (95% CI {lo} to {hi})", said
 
 
@@ -320,10 +317,16 @@ def verdict(row: pd.Series) -> str:
     adjusted = row.get("p_holm", math.nan)
     if row["metric"] in TIERS and math.isfinite(adjusted):
         holm = f"Holm's correction over the report's test-accuracy tests (adjusted p = {_p(adjusted)})"
-        if adjusted >= HOLM_ALPHA:
+        if _corrected_away(row):
             return f"not significant after {holm}"
         return f"significant after {holm}: {said}"
     return f"significant: {said}"
+
+
+def _corrected_away(row: pd.Series) -> bool:
+    """A test-accuracy difference that Holm's correction over the report leaves within noise."""
+    adjusted = row.get("p_holm", math.nan)
+    return math.isfinite(adjusted) and adjusted >= ALPHA
 
 
 def _deterministic(row: pd.Series) -> bool:

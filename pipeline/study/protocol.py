@@ -18,7 +18,6 @@ from pipeline.cli import ConfigError
 PHASES = ("screen", "confirm")
 METRIC = {"screen": "val/acc", "confirm": "test/acc"}
 CORRECTION = "holm"
-ALPHA = 0.05
 
 # Every seed whose result gated a choice of this project, with the choice: the one place they
 # are listed (README and docs/measurements.md point here). A gating seed is a tuning seed from

@@ -22,9 +22,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from pipeline.data.tiers import TIER_NAMES
-from pipeline.report.stats import holm, paired_test, summary
+from pipeline.report.stats import ALPHA, holm, paired_test, summary
 from pipeline.study.grid import REFERENCE_ARM, REFERENCE_BUDGET, Comparison
-from pipeline.study.protocol import ALPHA
 
 
 def _paired(rows: pd.DataFrame, arm: str, budget: str, against: str, column: str) -> tuple[list, list, list]:
