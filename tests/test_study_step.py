@@ -50,8 +50,10 @@ def test_cells_put_each_reference_first_and_the_seconds_cells_last():
     budgets = (Budget("flops", 0.5), Budget("seconds"))
     cells = grid.cells(arms, budgets, (7, 3))
     keys = [c.key for c in cells]
-    assert len(keys) == len(set(keys)) == 2 * (2 + 3 + 3)  # static has no seconds cell
+    # static: the reference and flops:0.5 (no seconds cell); each growing arm: the two asked for
+    assert len(keys) == len(set(keys)) == 2 * (2 + 2 + 2)
     assert keys[:2] == ["static@epochs#7", "static@epochs#3"]
+    assert "dynamic@epochs#7" not in keys  # equal epochs was not asked for
     assert all(c.needs_reference_run for c in cells[-4:])
     assert not any(c.needs_reference_run for c in cells[:-4])
     assert "static@seconds#7" not in keys
@@ -78,7 +80,8 @@ def test_budget_options_follow_the_reference():
 
 def test_each_arm_is_set_against_static_at_its_budget_where_static_trains_there():
     arms = grid.parse_arms("static,dynamic")
-    names = [c.name for c in grid.comparisons(arms, (Budget("flops", 0.5), Budget("seconds")))]
+    asked = (Budget("epochs"), Budget("flops", 0.5), Budget("seconds"))
+    names = [c.name for c in grid.comparisons(arms, asked)]
     assert names == [
         "dynamic@epochs vs static@epochs",
         "dynamic@flops:0.5 vs static@flops:0.5",
@@ -131,7 +134,7 @@ def _rows() -> pd.DataFrame:
 
 def test_the_report_pairs_by_seed_corrects_and_says_what_it_found():
     rows = _rows()
-    comparisons = grid.comparisons(grid.parse_arms("static,dynamic"), (Budget("flops", 0.5),))
+    comparisons = grid.comparisons(grid.parse_arms("static,dynamic"), (Budget("epochs"), Budget("flops", 0.5)))
     table = report.compare(rows, comparisons, "exploratory")
     first = table.iloc[0].to_dict()
     assert first["comparison"] == "dynamic@epochs vs static@epochs"
@@ -149,7 +152,7 @@ def test_the_report_pairs_by_seed_corrects_and_says_what_it_found():
 
 def test_the_report_figure_and_text_are_written(tmp_path):
     rows = _rows()
-    comparisons = grid.comparisons(grid.parse_arms("static,dynamic"), (Budget("flops", 0.5),))
+    comparisons = grid.comparisons(grid.parse_arms("static,dynamic"), (Budget("epochs"), Budget("flops", 0.5)))
     table = report.compare(rows, comparisons, "exploratory")
     path = report.figure(report.frontier(rows), tmp_path / "f.png", "study t (exploratory)", "val/acc")
     assert path.stat().st_size > 10_000

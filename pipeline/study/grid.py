@@ -153,16 +153,22 @@ class Cell:
         return Cell(arm, parse_budget(budget), int(seed))
 
 
+def _asked(arm: Arm, budgets: tuple[Budget, ...]) -> tuple[Budget, ...]:
+    """The budgets an arm trains at: static's reference first, then those asked for."""
+    head = (Budget(REFERENCE_BUDGET),) if arm.kind == "static" else ()
+    return tuple(dict.fromkeys((*head, *budgets)))
+
+
 def cells(arms: tuple[Arm, ...], budgets: tuple[Budget, ...], seeds: tuple[int, ...]) -> list[Cell]:
     """Every cell of the grid, in the order workers should take them: each seed's reference
     first (the seconds cells wait for it), then the other cells seed by seed, the seconds cells
-    last (by then their references have long finished)."""
-    budgets = tuple(dict.fromkeys((Budget(REFERENCE_BUDGET), *budgets)))
+    last (by then their references have long finished). The reference trains whatever the
+    budgets; every other cell is one the budgets ask for."""
     grid = [
         Cell(arm.name, budget, seed)
         for seed in seeds
         for arm in arms
-        for budget in budgets
+        for budget in _asked(arm, budgets)
         if arm.kind != "static" or budget.static_trains
     ]
     return sorted(grid, key=lambda c: (c != c.reference, c.needs_reference_run, seeds.index(c.seed)))
@@ -201,7 +207,7 @@ def comparisons(arms: tuple[Arm, ...], budgets: tuple[Budget, ...]) -> list[Comp
     for arm in arms:
         if arm.kind == "static":
             continue
-        for budget in dict.fromkeys((Budget(REFERENCE_BUDGET), *budgets)):
+        for budget in dict.fromkeys(budgets):
             against = budget if budget in static_budgets else Budget(REFERENCE_BUDGET)
             out.append(Comparison(arm.name, budget, against))
     return out
