@@ -132,9 +132,12 @@ def _rows() -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+EPOCHS_AND_HALF = (Budget("epochs"), Budget("flops", 0.5))
+
+
 def test_the_report_pairs_by_seed_corrects_and_says_what_it_found():
     rows = _rows()
-    comparisons = grid.comparisons(grid.parse_arms("static,dynamic"), (Budget("epochs"), Budget("flops", 0.5)))
+    comparisons = grid.comparisons(grid.parse_arms("static,dynamic"), EPOCHS_AND_HALF)
     table = report.compare(rows, comparisons, "exploratory")
     first = table.iloc[0].to_dict()
     assert first["comparison"] == "dynamic@epochs vs static@epochs"
@@ -152,7 +155,7 @@ def test_the_report_pairs_by_seed_corrects_and_says_what_it_found():
 
 def test_the_report_figure_and_text_are_written(tmp_path):
     rows = _rows()
-    comparisons = grid.comparisons(grid.parse_arms("static,dynamic"), (Budget("epochs"), Budget("flops", 0.5)))
+    comparisons = grid.comparisons(grid.parse_arms("static,dynamic"), EPOCHS_AND_HALF)
     table = report.compare(rows, comparisons, "exploratory")
     path = report.figure(report.frontier(rows), tmp_path / "f.png", "study t (exploratory)", "val/acc")
     assert path.stat().st_size > 10_000
