@@ -19,9 +19,9 @@ class GridConfig:
     arms: str = opt("static,dynamic", f"arms, comma-separated: {', '.join(ARMS)} (static is the reference)")
     budgets: str = opt(
         "epochs,flops:0.5,flops:1,seconds",
-        "budgets, comma-separated: epochs (--epochs each), flops:F (F times the training FLOPs of "
-        "static at --epochs, the reference run) or seconds (the same seed's reference run's "
-        "seconds that trained)",
+        "budgets the arms train at, comma-separated: epochs (--epochs each), flops:F (F times the "
+        "training FLOPs of static at --epochs, the reference run, which always trains) or seconds "
+        "(the same seed's reference run's seconds that trained)",
     )
     seeds: str = opt("", "seeds, e.g. 300-304 or 300,302 (required)")
     start_spec: str = opt("minimal", "the growing arms' start network (name, JSON file or string)")
