@@ -94,7 +94,8 @@ def test_a_confirmation_refuses_screened_seeds_and_preregisters_before_training(
         study.main, [*SMALL, "--seeds", "60,61", "--budgets", "epochs", "--phase", "confirm"]
     )
     assert refused.exit_code == 2
-    assert refused.output.strip().endswith("confirm on seeds that no screen study used")
+    assert "seed 60 trained in screen study 's'" in refused.output
+    assert refused.output.strip().endswith("confirm on seeds that no other study used")
     gated = runner.invoke(study.main, [*SMALL, "--seeds", "722", "--budgets", "epochs", "--phase", "confirm"])
     assert gated.exit_code == 2 and "seed 722 gated a choice" in gated.output
 
@@ -125,6 +126,19 @@ def test_a_confirmation_refuses_screened_seeds_and_preregisters_before_training(
     again = runner.invoke(study.main, args)  # nothing to train, nothing to evaluate again
     assert again.exit_code == 0, again.output
     assert len([r for r in _children(parent) if r.data.tags.get("entry_point") == "evaluate"]) == len(cells)
+    # A seed a confirmation spent (its test split read) confirms nothing else, under any name
+    other = [*SMALL, "--seeds", "62,63", "--budgets", "epochs", "--phase", "confirm", "--study-name", "c2"]
+    spent = runner.invoke(study.main, other)
+    assert spent.exit_code == 2 and "seed 62 trained in confirm study 'c'" in spent.output
+    # Bad input is refused before a study or run is made, so the name stays free
+    typo = runner.invoke(study.main, [*other[:-1], "c3", "--seeds", "64", "--scores-run", "nosuchrun"])
+    assert typo.exit_code == 2 and "--scores-run 'nosuchrun': no such run" in typo.output
+    assert "c3" not in optuna.get_all_study_names(f"sqlite:///{tmp_path / 'optuna.db'}")
+    # tune shares the storage: its study is not taken over as a grid
+    tuned = optuna.create_study(study_name="t", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    tuned.set_user_attr(STUDY_PARENT, "a tune parent run")  # what tune leaves on its study
+    taken = runner.invoke(study.main, [*SMALL, "--seeds", "65", "--budgets", "epochs", "--study-name", "t"])
+    assert taken.exit_code == 2 and "is a tune study, not a study's grid" in taken.output
 
 
 def test_a_worker_killed_mid_cell_loses_nothing_and_no_cell_counts_twice(tracking, tmp_path):

@@ -20,10 +20,12 @@ def test_budgets_seeds_and_arms_parse_or_name_the_fix():
     assert grid.parse_budget("flops:0.5") == Budget("flops", 0.5)
     assert grid.parse_budget(" seconds ") == Budget("seconds")
     assert grid.parse_seeds("300-302,310,301") == (300, 301, 302, 310)
-    for bad in ("flops:0", "flops:-1", "flops:nan", "flops:x", "minutes", "flops"):
+    assert grid.parse_budget("flops:0.123457") == Budget("flops", 0.123457)
+    # more digits than a cell's key keeps: two cells would share a key, or pass for the reference
+    for bad in ("flops:0", "flops:-1", "flops:nan", "flops:x", "minutes", "flops", "flops:1.0000001"):
         with pytest.raises(ConfigError, match="--budgets"):
             grid.parse_budget(bad)
-    for bad in ("", "3-x", "-5", "1,,a"):
+    for bad in ("", "3-x", "-5", "1,,a", "300-3000000"):  # a typo's millions refused, not expanded
         with pytest.raises(ConfigError, match="--seeds"):
             grid.parse_seeds(bad)
     with pytest.raises(ConfigError, match="unknown arm 'dynamc'.*known: static"):
@@ -102,7 +104,7 @@ def test_a_seed_that_gated_a_choice_or_screened_cannot_confirm():
     with pytest.raises(ConfigError, match="seed 722 gated a choice"):
         protocol.check_confirm_seeds((400, 722), {})
     with pytest.raises(ConfigError, match="seed 401 trained in screen study 'resnet-screen'"):
-        protocol.check_confirm_seeds((400, 401), {401: "resnet-screen"})
+        protocol.check_confirm_seeds((400, 401), {401: "screen study 'resnet-screen'"})
     protocol.check_confirm_seeds((400, 401), {500: "other"})
     assert protocol.label("confirm", (400, 401), preregistered=True) == "confirmatory"
     assert protocol.label("confirm", (400, 720), preregistered=True) == "exploratory"
@@ -151,6 +153,15 @@ def test_the_report_pairs_by_seed_corrects_and_says_what_it_found():
     # dynamic's frontier (50 s: 0.81, 70 s: 0.82) reaches static's 0.80 before its first point
     assert report.seconds_to_reach(points)["dynamic"] == pytest.approx(0.5)
     assert report.health(rows)["dynamic@epochs"] == {"ok": 3}
+
+
+def test_a_comparison_too_few_seeds_could_test_still_counts_in_holms_family():
+    rows = _rows()
+    rows = rows[~((rows.budget == "flops:0.5") & (rows.seed != 1))]  # the half-FLOPs cells: one seed
+    table = report.compare(rows, grid.comparisons(grid.parse_arms("static,dynamic"), EPOCHS_AND_HALF), "x")
+    epochs, half = table.iloc[0], table.iloc[1]
+    assert half["n"] == 1 and math.isnan(half["p_holm"]) and half["verdict"] == "too few seeds to tell"
+    assert epochs["p_holm"] == pytest.approx(min(1.0, 2 * epochs["p_t"]))  # a family of two, not one
 
 
 def test_the_report_figure_and_text_are_written(tmp_path):

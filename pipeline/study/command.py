@@ -49,7 +49,7 @@ from pipeline.study.grid import cells, comparisons
 from pipeline.study.protocol import CORRECTION, METRIC, Preregistration, check_confirm_seeds
 from pipeline.study.recipes import recipe
 from pipeline.tracking.artifacts import log_dataset
-from pipeline.tracking.errors import raise_terminated
+from pipeline.tracking.errors import one_line, raise_terminated
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.runs import RUN_TAGS, tracked_run
 from pipeline.training.config import TrainConfig
@@ -99,24 +99,43 @@ def trainer(runs: StudyRuns):
         run_id = train_cell(runs, cell, trial_number, reference)
         if runs.phase == "confirm":
             # Read its test split now, in the cell: a study cut off before its end (a machine
-            # given back, a time limit) keeps every finished cell's test accuracy.
-            results.evaluate_once({cell.key: run_id}, runs)
+            # given back, a time limit) keeps every finished cell's test accuracy. A readout
+            # that fails leaves the cell finished (training it again would read the test split
+            # on its seed a second time): the study's end reads it, and fails loudly there.
+            try:
+                results.evaluate_once({cell.key: run_id}, runs)
+            except Exception as err:  # retried, with its traceback, at the end
+                click.echo(
+                    f"cell {cell.key}: its test readout failed ({one_line(err)}); read at the study's end",
+                    err=True,
+                )
         return run_id, mlflow.MlflowClient().get_run(run_id).data.metrics["val/acc"]
 
     return train
 
 
-def screened_seeds(exclude_study: str) -> dict[int, str]:
-    """seed -> the screen study (or tune study) that trained a run on it, in this store."""
+CONFIRM = "confirm study"
+
+
+def used_seeds(study: str) -> dict[int, str]:
+    """seed -> the study that spent it, in this store: any screen study or tune study that
+    trained a run on it (its result may have chosen something), and any other confirm study
+    that finished a cell on it (its test split was read there)."""
     out: dict[int, str] = {}
-    for where, name_tag in (
-        (f"tags.{PHASE_TAG} = 'screen'", STUDY_TAG),
-        ("tags.entry_point = 'tune'", "study_name"),
+    for where, kind in (
+        (f"tags.{PHASE_TAG} = 'screen'", "screen study"),
+        ("tags.entry_point = 'tune'", "tune study"),
+        (
+            f"tags.{PHASE_TAG} = 'confirm' and tags.study_arm != '' and attributes.status = 'FINISHED'",
+            "confirm study",
+        ),
     ):
         for run in mlflow.search_runs(search_all_experiments=True, filter_string=where, output_format="list"):
-            seed, name = run.data.params.get("seed"), run.data.tags.get(name_tag, "tune")
-            if seed is not None and seed.lstrip("-").isdigit() and name != exclude_study:
-                out.setdefault(int(seed), name)
+            seed, name = run.data.params.get("seed"), run.data.tags.get(STUDY_TAG, "?")
+            if kind == CONFIRM and name == study:
+                continue  # its own cells: running it again trains only what is missing
+            if seed is not None and seed.lstrip("-").isdigit():
+                out.setdefault(int(seed), f"{kind} {name!r}")
     return out
 
 
@@ -147,6 +166,23 @@ def register(client: mlflow.MlflowClient, parent: str, prereg: Preregistration) 
         )
 
 
+def check_inputs(configs: tuple, data) -> None:
+    """The networks, the schedule and a named scores run, refused in one line before anything
+    is created (a study half made by bad input would block its name)."""
+    _, train_cfg, grid_cfg, _ = configs
+    start = resolve_spec(grid_cfg.start_spec, data.input_shape, data.num_classes)
+    validate_schedule(start, parse_schedule(grid_cfg.schedule, train_cfg.epochs), train_cfg.epochs)
+    if grid_cfg.scores_run != "auto":
+        scores_run_metrics(grid_cfg.scores_run)
+
+
+def scores_run_metrics(ref: str) -> dict:
+    try:
+        return mlflow.MlflowClient().get_run(parse_ref(ref)[0]).data.metrics
+    except mlflow.exceptions.MlflowException:
+        raise ConfigError(f"--scores-run {ref!r}: no such run in this tracking store") from None
+
+
 def scores_for(data_cfg: DataConfig, grid_cfg: GridConfig, data, known: str = "") -> tuple[str, dict]:
     """The difficulty scores every cell uses (per-tier accuracy, the curriculum) and their cost:
     the study's own (``known``), the given run, the newest for this data, or a score_difficulty
@@ -160,7 +196,7 @@ def scores_for(data_cfg: DataConfig, grid_cfg: GridConfig, data, known: str = ""
         if not run_id:
             click.echo("study: no score_difficulty run for this data; scoring it first", err=True)
             run_id = score_difficulty.run(data_cfg, score_difficulty.ScoreConfig())
-    metrics = mlflow.MlflowClient().get_run(parse_ref(run_id)[0]).data.metrics
+    metrics = scores_run_metrics(run_id)
     return run_id, {"run": run_id, "seconds": metrics.get("time/total_s", float("nan"))}
 
 
@@ -169,6 +205,11 @@ def open_checked(url: str, configs: tuple) -> optuna.Study:
     study_cfg = configs[-1]
     study = queue.open_queue(url, study_cfg, create=True)
     mine, theirs = definition(*configs), study.user_attrs.get(DEFINITION_ATTR)
+    if theirs is None and STUDY_PARENT in study.user_attrs:  # tune shares the storage and its attributes
+        raise ConfigError(
+            f"{study_cfg.study_name!r} in {redact(url)} is a tune study, not a study's grid: choose "
+            "another --study-name"
+        )
     if theirs is not None and theirs != mine:
         changed = sorted(k for k in mine if mine[k] != theirs.get(k))
         raise ConfigError(
@@ -222,8 +263,8 @@ def train_grid(study: optuna.Study, configs: tuple, runs: StudyRuns, url: str) -
         worker_cfg = dataclasses.replace(study_cfg, storage=url, worker=True, workers=1)
         argv = to_argv(data_cfg, train_cfg, grid_cfg, worker_cfg)
         workers.run_worker_processes("pipeline.study", argv, study_cfg.workers, WORKER_INDEX_ENV)
-    queue.work(study, trainer(runs))
-    done = queue.finished(study)
+    queue.work(study, trainer(runs), grid)
+    done = queue.finished(study, grid)
     return [c.key for c in grid if c.key not in done]
 
 
@@ -239,8 +280,9 @@ def run(
     if study_cfg.worker:
         return _join(url, configs)
     if study_cfg.phase == "confirm":  # before anything is created or trained
-        check_confirm_seeds(seeds, screened_seeds(study_cfg.study_name))
+        check_confirm_seeds(seeds, used_seeds(study_cfg.study_name))
     data = load_data(data_cfg)  # never the test split
+    check_inputs(configs, data)  # before any storage, study or run is created
     study = open_checked(url, configs)
     parent = study.user_attrs.get(STUDY_PARENT)
     with tracked_run(
@@ -254,7 +296,7 @@ def run(
         runs, scoring = set_up(study, configs, data, active)
         missing = train_grid(study, configs, runs, url)
         if study_cfg.phase == "confirm":  # any cell whose own readout failed or predates it
-            results.evaluate_once(queue.finished(study), runs)
+            results.evaluate_once(queue.finished(study, cells(*grid_cfg.parsed())), runs)
         table = results.log_report(study, configs, runs, scoring)
         if missing:
             raise click.ClickException(
@@ -290,7 +332,7 @@ def _join(url: str, configs: tuple) -> None:
         )
     check_parent(study)
     runs = study_runs(configs, study.user_attrs[STUDY_PARENT], study.user_attrs[SCORES_ATTR])
-    queue.work(study, trainer(runs))
+    queue.work(study, trainer(runs), cells(*configs[2].parsed()))
 
 
 @click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)

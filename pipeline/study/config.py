@@ -46,7 +46,8 @@ class StudyConfig:
     phase: str = opt(
         "screen",
         "screen (validation accuracy only; its seeds become tuning seeds) or confirm (test "
-        "accuracy through evaluate, once per run; preregistered; refuses seeds a screen used)",
+        "accuracy through evaluate, once per run; preregistered; refuses seeds that gated a choice "
+        "or that a screen, tune or other confirm study spent)",
     )
     storage: str = opt(
         "",

@@ -23,6 +23,7 @@ from pipeline.cli import ConfigError
 
 REFERENCE_ARM = "static"
 REFERENCE_BUDGET = "epochs"
+MAX_SEEDS = 1000  # far beyond any study's; a typo like 300-3000000 is refused, not expanded
 
 
 @dataclass(frozen=True)
@@ -91,24 +92,29 @@ def parse_budget(text: str) -> Budget:
             fraction = float(value)
         except ValueError:
             fraction = math.nan
-        if math.isfinite(fraction) and fraction > 0:
+        # A cell's key names its budget to 6 significant digits: a share that needs more would
+        # share a key with another, or (1.0000001) pass for the reference itself.
+        if math.isfinite(fraction) and fraction > 0 and float(f"{fraction:g}") == fraction:
             return Budget("flops", fraction)
     raise ConfigError(
-        f"--budgets: {text!r} is not a budget; use epochs, seconds or flops:F with F > 0 "
+        f"--budgets: {text!r} is not a budget; use epochs, seconds or flops:F with F > 0 and "
+        "at most 6 significant digits "
         "(a share of the static reference run's FLOPs)"
     )
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
     """``300-304``, ``300,302`` or a mix (``300-302,310``); each seed once, in order."""
-    seeds: list[int] = []
+    seeds: dict[int, None] = {}  # ordered, each once
     for part in filter(None, (p.strip() for p in text.split(","))):
         first, dash, last = part.partition("-")
         try:
             span = range(int(first), int(last) + 1) if dash else [int(first)]
         except ValueError:
             raise ConfigError(f"--seeds {text!r}: {part!r} is not a seed or a range like 300-304") from None
-        seeds.extend(s for s in span if s not in seeds)
+        if len(seeds) + len(span) > MAX_SEEDS:
+            raise ConfigError(f"--seeds {text!r}: more than {MAX_SEEDS} seeds; a study trains every one")
+        seeds.update(dict.fromkeys(span))
     if not seeds:
         raise ConfigError("--seeds is empty: name the seeds the study trains, e.g. 300-304")
     if any(not 0 <= s < 2**32 for s in seeds):

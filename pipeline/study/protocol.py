@@ -41,19 +41,19 @@ def gated(seed: int) -> str:
     return next((why for (lo, hi), why in GATED_SEEDS.items() if lo <= seed <= hi), "")
 
 
-def check_confirm_seeds(seeds: tuple[int, ...], screened: dict[int, str]) -> None:
-    """Refuse a confirmation on a seed that gated a choice or trained in a screen study
-    (``screened``: seed -> the screen study that used it)."""
+def check_confirm_seeds(seeds: tuple[int, ...], used: dict[int, str]) -> None:
+    """Refuse a confirmation on a seed that gated a choice or that another study spent
+    (``used``: seed -> that study, e.g. "screen study 'resnet-screen'")."""
     for seed in seeds:
         if gated(seed):
             raise ConfigError(
                 f"--seeds: seed {seed} gated a choice ({gated(seed)}): it may screen, not confirm; "
                 "choose seeds that nothing has used"
             )
-        if seed in screened:
+        if seed in used:
             raise ConfigError(
-                f"--seeds: seed {seed} trained in screen study {screened[seed]!r}, so it is a tuning "
-                "seed now: confirm on seeds that no screen study used"
+                f"--seeds: seed {seed} trained in {used[seed]}, so it is a tuning seed now: confirm "
+                "on seeds that no other study used"
             )
 
 

@@ -28,6 +28,7 @@ CELL_ATTR = "study_cell"
 DEFERRED_ATTR = "deferred"  # a seconds cell whose reference had not finished: queued again
 IDLE_ATTR = "idle"  # a worker found nothing left to take; the trial trained nothing
 ERROR_ATTR = "cell_error"
+OUTSIDE_ATTR = "outside_grid"  # queued by a version whose grid had a cell this one has not
 LIVE = (TrialState.WAITING, TrialState.RUNNING)
 
 
@@ -49,11 +50,13 @@ def cell_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     ]
 
 
-def finished(study: optuna.Study) -> dict[str, str]:
-    """cell key -> the MLflow run id of its first COMPLETE trial."""
+def finished(study: optuna.Study, grid: list[Cell] | None = None) -> dict[str, str]:
+    """cell key -> the MLflow run id of its first COMPLETE trial; with ``grid``, of its cells
+    only (a study resumed under code whose grid changed keeps the earlier cells out)."""
+    keys = None if grid is None else {c.key for c in grid}
     out: dict[str, str] = {}
     for t in cell_trials(study):
-        if t.state == TrialState.COMPLETE:
+        if t.state == TrialState.COMPLETE and (keys is None or t.user_attrs[CELL_ATTR] in keys):
             out.setdefault(t.user_attrs[CELL_ATTR], t.user_attrs[ATTR_RUN_ID])
     return out
 
@@ -79,6 +82,14 @@ def enqueue_missing(study: optuna.Study, cells: list[Cell]) -> list[Cell]:
     return missing
 
 
+class _Orphaned(Exception):
+    """A cell trained after its trial was failed as stale elsewhere."""
+
+
+def _state(study: optuna.Study, number: int) -> TrialState:
+    return next(t.state for t in study.get_trials(deepcopy=False) if t.number == number)
+
+
 class NotReady(Exception):
     """A seconds cell's reference run has not finished yet."""
 
@@ -98,19 +109,26 @@ def reference_run(study: optuna.Study, cell: Cell) -> str:
 def work(
     study: optuna.Study,
     train: Callable[[Cell, int, str], tuple[str, float]],
+    grid: list[Cell],
     poll_s: float = 5.0,
     log: Callable[[str], None] = lambda line: click.echo(line, err=True),
 ) -> list[str]:
-    """Take cells until none is queued or training anywhere; the keys of cells that failed
-    here. ``train(cell, trial_number, reference_run_id)`` trains one and returns its run id and
-    its value (validation accuracy)."""
+    """Take cells of ``grid`` until none is queued or training anywhere; the keys of cells
+    that failed here. ``train(cell, trial_number, reference_run_id)`` trains one and returns
+    its run id and its value (validation accuracy)."""
     failed: list[str] = []
+    keys = {c.key for c in grid}
+    deferrals = [0]  # seconds cells put back in a row: the wait before the next grows with it
 
     def objective(trial: optuna.Trial) -> float:
         key = trial.user_attrs.get(CELL_ATTR)
         if key is None:  # another worker took the last queued cell between our look and our ask
             trial.set_user_attr(IDLE_ATTR, True)
             raise optuna.TrialPruned("nothing left to train")
+        if key not in keys:  # queued under code whose grid had this cell; this grid has not
+            trial.set_user_attr(OUTSIDE_ATTR, True)
+            log(f"cell {key}: not in this study's grid (queued by an earlier version); not trained")
+            raise optuna.TrialPruned("not in the grid")
         trial.set_user_attr(ATTR_RUN_ID, "")  # a retry's run is its own, not the dead worker's
         cell = Cell.from_key(key)
         reference = ""
@@ -118,23 +136,39 @@ def work(
             try:
                 reference = reference_run(study, cell)
             except NotReady:
-                time.sleep(poll_s)  # its reference trains elsewhere or waits behind this cell
+                # Its reference trains elsewhere or waits behind this cell: put it back, and
+                # wait longer each time (up to a minute) so that waiting adds few trials.
+                deferrals[0] += 1
+                time.sleep(min(60.0, poll_s * deferrals[0]))
                 trial.set_user_attr(DEFERRED_ATTR, True)
                 study.enqueue_trial({}, user_attrs={CELL_ATTR: key})
                 raise optuna.TrialPruned(f"{cell.reference.key} has not finished; queued again") from None
+        deferrals[0] = 0
         started = time.perf_counter()
         try:
             run_id, value = train(cell, trial.number, reference)
         except Exception as err:
+            if _state(study, trial.number) != TrialState.RUNNING:  # failed as stale meanwhile
+                orphans.append(key)
+                log(f"cell {key}: failed ({one_line(err)}) after its trial was failed as stale")
+                raise _Orphaned(key) from err
             trial.set_user_attr(ERROR_ATTR, one_line(err))
             failed.append(key)
             log(f"cell {key}: FAILED: {one_line(err)}")
             if not isinstance(err, UserError):
                 log(traceback.format_exc())
             raise
+        if _state(study, trial.number) != TrialState.RUNNING:
+            # Its heartbeat went stale while it trained (a stalled storage), so another worker
+            # failed the trial and queued the cell again: that retry counts, not this run.
+            orphans.append(key)
+            log(f"cell {key}: trained (run {run_id}) after its trial was failed as stale; the retry counts")
+            raise _Orphaned(key)
         trial.set_user_attr(ATTR_RUN_ID, run_id)
         log(f"cell {key}: val/acc {value:.4f} in {time.perf_counter() - started:.0f} s (run {run_id})")
         return value
+
+    orphans: list[str] = []  # cells whose trial another worker failed while this one had it
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -142,7 +176,12 @@ def work(
             optuna.storages.fail_stale_trials(study)
             states = [t.state for t in study.get_trials(deepcopy=False)]
             if TrialState.WAITING in states:
-                study.optimize(objective, n_trials=1, catch=(Exception,))
+                try:
+                    study.optimize(objective, n_trials=1, catch=(Exception,))
+                except ValueError:  # Optuna cannot tell a trial already failed as stale
+                    if not orphans:
+                        raise
+                    orphans.clear()
             elif TrialState.RUNNING in states:
                 time.sleep(poll_s)  # cells training elsewhere: stay to retry one whose worker dies
             else:

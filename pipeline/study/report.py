@@ -70,7 +70,11 @@ def compare(rows: pd.DataFrame, comparisons: list[Comparison], label: str) -> pd
         lines.append(line)
     table = pd.DataFrame(lines)
     if len(table):
-        table["p_holm"] = holm(list(table["p_t"]))
+        # Every comparison is one of the family, tested or not: one with too few seeds counts
+        # as p = 1, so the others' correction does not shrink when cells are missing.
+        tested = table["p_t"].apply(math.isfinite)
+        adjusted = holm([p if ok else 1.0 for p, ok in zip(table["p_t"], tested)])
+        table["p_holm"] = [p if ok else math.nan for p, ok in zip(adjusted, tested)]
         table["verdict"] = [verdict(r) for r in table.to_dict("records")]
     return table
 
@@ -181,6 +185,19 @@ def markdown(summary_doc: dict, table: pd.DataFrame) -> str:
         f"correction: Holm over the {len(table)} comparisons (alpha {ALPHA}).",
         f"Reference: static at {summary_doc['epochs']} epochs ({summary_doc['static_spec']}).",
         f"Health (runs per verdict): {json.dumps(summary_doc['health'])}",
+    ]
+    if summary_doc["label"] == "confirmatory":
+        lines.append(
+            "Confirmatory: each comparison's paired difference, its interval, p and verdict (what "
+            "was preregistered). Exploratory: the per-tier differences, the seconds and FLOPs "
+            "ratios, the frontier figure and the seconds to reach static."
+        )
+    if summary_doc.get("cells_missing"):
+        missing = summary_doc["cells_missing"]
+        lines.append(
+            f"Missing, reported as missing and not replaced: {len(missing)} cell(s): {', '.join(missing)}."
+        )
+    lines += [
         "",
         "| comparison | seeds | arm - static, points (95% CI) | ahead | p (Holm) | seconds | FLOPs "
         "| verdict |",

@@ -16,7 +16,7 @@ from pipeline import evaluate
 from pipeline.data.tiers import TIER_NAMES
 from pipeline.study import queue, report
 from pipeline.study.cell import PHASE_TAG, STUDY_TAG, StudyRuns, static_description
-from pipeline.study.grid import comparisons
+from pipeline.study.grid import cells, comparisons
 from pipeline.study.protocol import METRIC, label
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.runs import RUN_TAGS
@@ -72,7 +72,8 @@ def log_report(study: optuna.Study, configs: tuple, runs: StudyRuns, scoring: di
     """The study's report on its parent run (``study/``); the comparison table."""
     _, train_cfg, grid_cfg, study_cfg = configs
     arms, budgets, seeds = grid_cfg.parsed()
-    done = queue.finished(study)
+    grid = cells(arms, budgets, seeds)
+    done = queue.finished(study, grid)
     table_rows = rows(done, study_cfg.phase)
     preregistered = study_cfg.phase == "confirm"
     table = report.compare(
@@ -91,6 +92,7 @@ def log_report(study: optuna.Study, configs: tuple, runs: StudyRuns, scoring: di
         "seconds_to_reach_static": report.seconds_to_reach(points),
         "scoring": scoring,
         "cells_finished": len(done),
+        "cells_missing": [c.key for c in grid if c.key not in done],
         "cells_counted_twice": queue.counted_twice(study),
     }
     client = mlflow.MlflowClient()
@@ -102,7 +104,8 @@ def log_report(study: optuna.Study, configs: tuple, runs: StudyRuns, scoring: di
         points.to_csv(folder / "frontier.csv", index=False)
         (folder / "study.json").write_text(json.dumps(doc, indent=2, default=str))
         (folder / "report.md").write_text(report.markdown(doc, table))
-        title = f"study {study_cfg.study_name} ({doc['label']}), seeds {doc['seeds']}, {doc['metric']}"
+        # the means behind the comparisons: descriptive, whatever the comparisons' label
+        title = f"study {study_cfg.study_name}: mean {doc['metric']} (exploratory), seeds {doc['seeds']}"
         report.figure(points, folder / "frontier.png", title, doc["metric"])
         client.log_artifacts(runs.parent_run_id, str(folder), "study")
     now = int(time.time() * 1000)

@@ -1,0 +1,54 @@
+"""The study's queue on a real Optuna storage (SQLite), with a stand-in for training: a cell the
+grid no longer has is not trained, and a cell whose trial another worker failed as stale while
+it trained does not stop the worker that trained it, nor count."""
+
+from __future__ import annotations
+
+from optuna.trial import TrialState
+
+from pipeline.study import grid, queue
+from pipeline.study.config import StudyConfig
+from pipeline.study.grid import Budget
+
+
+def _queue(tmp_path):
+    cfg = StudyConfig(study_name="q", heartbeat_interval=1, grace_period=2)
+    return queue.open_queue(f"sqlite:///{tmp_path / 'optuna.db'}", cfg, create=True)
+
+
+def test_a_cell_queued_by_an_earlier_grid_is_not_trained_or_counted(tmp_path):
+    study = _queue(tmp_path)
+    earlier = grid.cells(grid.parse_arms("static,dynamic"), (Budget("epochs"),), (1,))
+    queue.enqueue_missing(study, earlier)
+    now = [c for c in earlier if c.arm == "static"]
+    trained, said = [], []
+
+    def train(cell, number, reference):
+        trained.append(cell.key)
+        return f"run-{cell.key}", 0.5
+
+    assert queue.work(study, train, now, poll_s=0.01, log=said.append) == []
+    assert trained == ["static@epochs#1"]
+    assert queue.finished(study, now) == {"static@epochs#1": "run-static@epochs#1"}
+    assert any(line.startswith("cell dynamic@epochs#1: not in this study's grid") for line in said)
+
+
+def test_a_cell_failed_as_stale_while_it_trained_leaves_its_worker_going(tmp_path):
+    study = _queue(tmp_path)
+    cells = grid.cells(grid.parse_arms("static"), (Budget("epochs"),), (1, 2))
+    queue.enqueue_missing(study, cells)
+    said = []
+
+    def train(cell, number, reference):
+        if cell.seed == 1:  # meanwhile another worker found its heartbeat stale and failed it
+            trial = next(t for t in study.get_trials() if t.number == number)
+            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        return f"run-{cell.key}", 0.5
+
+    assert queue.work(study, train, cells, poll_s=0.01, log=said.append) == []
+    assert queue.finished(study, cells) == {
+        "static@epochs#2": "run-static@epochs#2"
+    }  # the orphan does not count
+    assert any(
+        "static@epochs#1: trained (run run-static@epochs#1) after its trial was failed" in s for s in said
+    )
