@@ -36,6 +36,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from pipeline.cli import ConfigError
 
@@ -138,6 +139,24 @@ def scale_epoch(epoch: int, written_for: int, epochs: int) -> int:
 STEP_MARGIN = 0.5
 
 
+class EpochPlanner(Protocol):
+    """What re-planning a seconds run asks of its planner (``pipeline/training/replan.py``),
+    declared here so that training calls down to an interface, never up to the run layer that
+    implements it (``pipeline/run/length.SecondsPlanner``)."""
+
+    def record(self, epoch: int, epochs: int, seconds_per_example: float, overhead_s: float) -> None:
+        """What epoch ``epoch`` of a plan of ``epochs`` measured."""
+
+    def settled(self) -> bool:
+        """Whether enough epochs of the current network were measured to shorten a plan on."""
+
+    def epochs_fitting(self, next_epoch: int, seconds_left: float, guess: int) -> int:
+        """The most epochs whose epochs from ``next_epoch`` on fit ``seconds_left``."""
+
+    def pieces(self, epochs: int) -> tuple[list, object]:
+        """The growth events and curriculum setup of a plan of ``epochs`` epochs."""
+
+
 @dataclass
 class BudgetMeter:
     """The stop rule while training: can the next step of ``examples`` examples still be paid?
@@ -161,7 +180,7 @@ class BudgetMeter:
     # the cost the last check predicted, the next step included
     last_cost: float = 0.0
     # a seconds run's re-planning from its measured epochs (``run_length.SecondsPlanner``)
-    planner: object | None = None
+    planner: EpochPlanner | None = None
 
     def allows(self, examples_done: int, next_batch: int, flops_per_example: float, elapsed_s: float) -> bool:
         if self.budget.unit == "flops":
