@@ -69,13 +69,18 @@ def definition(
     return {**flat_params(data_cfg, train_cfg, grid_cfg), "phase": study_cfg.phase}
 
 
+def final_network(grid_cfg: GridConfig, epochs: int, data):
+    """The network the growth ends in (and static trains), the schedule checked on the way."""
+    start = resolve_spec(grid_cfg.start_spec, data.input_shape, data.num_classes)
+    return validate_schedule(start, parse_schedule(grid_cfg.schedule, epochs), epochs)
+
+
 def study_runs(configs: tuple, parent: str, scores_run: str, data=None) -> StudyRuns:
     """The cells' shared setting; loads the data only to fit the networks to it."""
     data_cfg, train_cfg, grid_cfg, study_cfg = configs
     train_cfg = dataclasses.replace(train_cfg, **recipe(grid_cfg.recipe).both)  # every arm's
     data = data or load_data(data_cfg)  # never the test split
-    start = resolve_spec(grid_cfg.start_spec, data.input_shape, data.num_classes)
-    final = validate_schedule(start, parse_schedule(grid_cfg.schedule, train_cfg.epochs), train_cfg.epochs)
+    final = final_network(grid_cfg, train_cfg.epochs, data)
     return StudyRuns(
         study=study_cfg.study_name,
         phase=study_cfg.phase,
@@ -127,7 +132,7 @@ def used_seeds(study: str) -> dict[int, str]:
         ("tags.entry_point = 'tune'", "tune study"),
         (
             f"tags.{PHASE_TAG} = 'confirm' and tags.study_arm != '' and attributes.status = 'FINISHED'",
-            "confirm study",
+            CONFIRM,
         ),
     ):
         for run in mlflow.search_runs(search_all_experiments=True, filter_string=where, output_format="list"):
@@ -170,8 +175,7 @@ def check_inputs(configs: tuple, data) -> None:
     """The networks, the schedule and a named scores run, refused in one line before anything
     is created (a study half made by bad input would block its name)."""
     _, train_cfg, grid_cfg, _ = configs
-    start = resolve_spec(grid_cfg.start_spec, data.input_shape, data.num_classes)
-    validate_schedule(start, parse_schedule(grid_cfg.schedule, train_cfg.epochs), train_cfg.epochs)
+    final_network(grid_cfg, train_cfg.epochs, data)
     if grid_cfg.scores_run != "auto":
         scores_run_metrics(grid_cfg.scores_run)
 
@@ -248,11 +252,10 @@ def set_up(study: optuna.Study, configs: tuple, data, active: mlflow.ActiveRun) 
     return runs, scoring
 
 
-def train_grid(study: optuna.Study, configs: tuple, runs: StudyRuns, url: str) -> list[str]:
+def train_grid(study: optuna.Study, configs: tuple, runs: StudyRuns, url: str, grid: list) -> list[str]:
     """Queue the missing cells and train them: in ``--workers`` processes, then here whatever
     they left or lost (a dead worker's cell, once its heartbeat is stale); the cells missing."""
     data_cfg, train_cfg, grid_cfg, study_cfg = configs
-    grid = cells(*grid_cfg.parsed())
     queued = queue.enqueue_missing(study, grid)
     click.echo(
         f"study {study_cfg.study_name!r}: {len(grid)} cells, {len(grid) - len(queued)} finished or "
@@ -274,6 +277,7 @@ def run(
     configs = (data_cfg, train_cfg, grid_cfg, study_cfg)
     train_cfg.validate()
     study_cfg.validate()
+    grid = cells(*grid_cfg.parsed())
     seeds = grid_cfg.parsed()[2]
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # each cell prints its own line
     url = study_cfg.storage.strip() or default_storage(mlflow.get_tracking_uri())
@@ -294,10 +298,10 @@ def run(
         experiment_name=study_cfg.experiment_name,
     ) as active:
         runs, scoring = set_up(study, configs, data, active)
-        missing = train_grid(study, configs, runs, url)
+        missing = train_grid(study, configs, runs, url, grid)
         if study_cfg.phase == "confirm":  # any cell whose own readout failed or predates it
-            results.evaluate_once(queue.finished(study, cells(*grid_cfg.parsed())), runs)
-        table = results.log_report(study, configs, runs, scoring)
+            results.evaluate_once(queue.finished(study, grid), runs)
+        table = results.log_report(study, configs, runs, scoring, grid)
         if missing:
             raise click.ClickException(
                 f"{len(missing)} cell(s) did not finish ({', '.join(missing[:4])}"

@@ -118,9 +118,19 @@ def work(
     its run id and its value (validation accuracy)."""
     failed: list[str] = []
     keys = {c.key for c in grid}
-    deferrals = [0]  # seconds cells put back in a row: the wait before the next grows with it
+    deferrals = 0  # seconds cells put back in a row: the wait before the next grows with it
+    orphaned = False  # this worker's trial was failed as stale elsewhere while it trained
+
+    def given_up(key: str, what: str) -> _Orphaned:
+        """Its heartbeat went stale while it trained (a stalled storage), so another worker
+        failed the trial and queued the cell again: that retry counts, not this run."""
+        nonlocal orphaned
+        orphaned = True
+        log(f"cell {key}: {what} after its trial was failed as stale; the retry counts")
+        return _Orphaned(key)
 
     def objective(trial: optuna.Trial) -> float:
+        nonlocal deferrals
         key = trial.user_attrs.get(CELL_ATTR)
         if key is None:  # another worker took the last queued cell between our look and our ask
             trial.set_user_attr(IDLE_ATTR, True)
@@ -138,20 +148,18 @@ def work(
             except NotReady:
                 # Its reference trains elsewhere or waits behind this cell: put it back, and
                 # wait longer each time (up to a minute) so that waiting adds few trials.
-                deferrals[0] += 1
-                time.sleep(min(60.0, poll_s * deferrals[0]))
+                deferrals += 1
+                time.sleep(min(60.0, poll_s * deferrals))
                 trial.set_user_attr(DEFERRED_ATTR, True)
                 study.enqueue_trial({}, user_attrs={CELL_ATTR: key})
                 raise optuna.TrialPruned(f"{cell.reference.key} has not finished; queued again") from None
-        deferrals[0] = 0
+        deferrals = 0
         started = time.perf_counter()
         try:
             run_id, value = train(cell, trial.number, reference)
         except Exception as err:
-            if _state(study, trial.number) != TrialState.RUNNING:  # failed as stale meanwhile
-                orphans.append(key)
-                log(f"cell {key}: failed ({one_line(err)}) after its trial was failed as stale")
-                raise _Orphaned(key) from err
+            if _state(study, trial.number) != TrialState.RUNNING:
+                raise given_up(key, f"failed ({one_line(err)})") from err
             trial.set_user_attr(ERROR_ATTR, one_line(err))
             failed.append(key)
             log(f"cell {key}: FAILED: {one_line(err)}")
@@ -159,16 +167,10 @@ def work(
                 log(traceback.format_exc())
             raise
         if _state(study, trial.number) != TrialState.RUNNING:
-            # Its heartbeat went stale while it trained (a stalled storage), so another worker
-            # failed the trial and queued the cell again: that retry counts, not this run.
-            orphans.append(key)
-            log(f"cell {key}: trained (run {run_id}) after its trial was failed as stale; the retry counts")
-            raise _Orphaned(key)
+            raise given_up(key, f"trained (run {run_id})")
         trial.set_user_attr(ATTR_RUN_ID, run_id)
         log(f"cell {key}: val/acc {value:.4f} in {time.perf_counter() - started:.0f} s (run {run_id})")
         return value
-
-    orphans: list[str] = []  # cells whose trial another worker failed while this one had it
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -179,9 +181,9 @@ def work(
                 try:
                     study.optimize(objective, n_trials=1, catch=(Exception,))
                 except ValueError:  # Optuna cannot tell a trial already failed as stale
-                    if not orphans:
+                    if not orphaned:
                         raise
-                    orphans.clear()
+                    orphaned = False
             elif TrialState.RUNNING in states:
                 time.sleep(poll_s)  # cells training elsewhere: stay to retry one whose worker dies
             else:

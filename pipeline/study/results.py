@@ -16,7 +16,7 @@ from pipeline import evaluate
 from pipeline.data.tiers import TIER_NAMES
 from pipeline.study import queue, report
 from pipeline.study.cell import PHASE_TAG, STUDY_TAG, StudyRuns, static_description
-from pipeline.study.grid import cells, comparisons
+from pipeline.study.grid import Cell, comparisons
 from pipeline.study.protocol import METRIC, label
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.runs import RUN_TAGS
@@ -68,11 +68,12 @@ def evaluate_once(finished: dict[str, str], runs: StudyRuns) -> None:
         RUN_TAGS.reset(token)
 
 
-def log_report(study: optuna.Study, configs: tuple, runs: StudyRuns, scoring: dict) -> pd.DataFrame:
-    """The study's report on its parent run (``study/``); the comparison table."""
+def log_report(
+    study: optuna.Study, configs: tuple, runs: StudyRuns, scoring: dict, grid: list[Cell]
+) -> pd.DataFrame:
+    """The study's report on its parent run (``study/``) over ``grid``'s cells; the comparison table."""
     _, train_cfg, grid_cfg, study_cfg = configs
     arms, budgets, seeds = grid_cfg.parsed()
-    grid = cells(arms, budgets, seeds)
     done = queue.finished(study, grid)
     table_rows = rows(done, study_cfg.phase)
     preregistered = study_cfg.phase == "confirm"
