@@ -117,14 +117,11 @@ def work(
     that failed here. ``train(cell, trial_number, reference_run_id)`` trains one and returns
     its run id and its value (validation accuracy)."""
     failed: list[str] = []
-    keys = {c.key for c in grid}
     deferrals = 0  # seconds cells put back in a row: the wait before the next grows with it
     orphaned = False  # this worker's trial was failed as stale elsewhere while it trained
 
-    def given_up(key: str, what: str) -> _Orphaned:
-        """Its heartbeat went stale while it trained (a stalled storage), so another worker
-        failed the trial and queued the cell again: that retry counts, not this run."""
-        nonlocal orphaned
+    def given_up(key: str, what: str) -> _Orphaned:  # a stalled storage: its trial was failed as stale
+        nonlocal orphaned  # and the cell queued again by another worker; that retry counts
         orphaned = True
         log(f"cell {key}: {what} after its trial was failed as stale; the retry counts")
         return _Orphaned(key)
@@ -135,7 +132,7 @@ def work(
         if key is None:  # another worker took the last queued cell between our look and our ask
             trial.set_user_attr(IDLE_ATTR, True)
             raise optuna.TrialPruned("nothing left to train")
-        if key not in keys:  # queued under code whose grid had this cell; this grid has not
+        if key not in {c.key for c in grid}:  # queued under code whose grid had this cell; this grid has not
             trial.set_user_attr(OUTSIDE_ATTR, True)
             log(f"cell {key}: not in this study's grid (queued by an earlier version); not trained")
             raise optuna.TrialPruned("not in the grid")
