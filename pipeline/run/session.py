@@ -37,7 +37,7 @@ from pipeline.run.length import RunLength
 from pipeline.run.logged_model import log_classifier, serving_requirements
 from pipeline.run.outcome import log_budget, log_health
 from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
-from pipeline.tracking.errors import UpstreamError
+from pipeline.tracking.errors import UpstreamError, interruptions_held
 from pipeline.tracking.params import shown_param
 from pipeline.tracking.processes import HOST_TAG, PID_TAG, owned_elsewhere
 from pipeline.tracking.resume_lock import resume_lock
@@ -285,9 +285,10 @@ class CheckpointedLog:
         self.unsaved.append((epoch, metrics))
 
     def checkpoint(self, state: FitState, plan: TrainingPlan) -> None:
-        save_checkpoint(self.path, state, plan, self.cfg)
-        mlflow.log_artifact(str(self.path), "checkpoints")
-        self.flush()
+        with interruptions_held():  # the checkpoint and its epochs' metrics, or neither
+            save_checkpoint(self.path, state, plan, self.cfg)
+            mlflow.log_artifact(str(self.path), "checkpoints")
+            self.flush()
 
     def flush(self) -> None:
         for epoch, metrics in self.unsaved:

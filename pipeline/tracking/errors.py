@@ -6,6 +6,10 @@ bug and keeps its traceback. A failed run says which in its ``failure_reason`` t
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+
 from models.errors import UserError
 
 FAILURE_TAG = "failure_reason"
@@ -18,6 +22,26 @@ class Terminated(BaseException):
 def raise_terminated(signum, frame):
     """A SIGTERM handler: stop the way Ctrl-C does, so what is open is closed."""
     raise Terminated()
+
+
+@contextlib.contextmanager
+def interruptions_held():
+    """Steps that must happen together or not at all: a Ctrl-C or SIGTERM that comes during the
+    block is held and acted on when the block ends. (A checkpoint logged without the metrics of
+    the epochs it holds loses them: the resumed run starts after those epochs.)"""
+    if threading.current_thread() is not threading.main_thread():  # only it receives signals
+        yield
+        return
+    held: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if held:  # delivered again, to whatever handled it before the block
+        signal.raise_signal(held[0])
 
 
 def one_line(err: BaseException) -> str:
