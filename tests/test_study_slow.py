@@ -120,6 +120,8 @@ def test_a_confirmation_refuses_screened_seeds_and_preregisters_before_training(
         assert "test/acc" in run.data.metrics
         by = evaluate_runs[run.data.tags["evaluated_by"]]
         assert by.info.run_name == f"c-evaluate-{run.data.tags['study_cell']}"
+        assert by.data.tags["study_readout_cell"] == run.data.tags["study_cell"]
+        assert by.data.tags["study_readout_trial"] == run.data.tags["optuna_trial_number"]
         # preregistered before any cell trained: the tag's artifact was written first
         assert run.info.start_time > client.get_run(parent).info.start_time
     assert client.get_run(parent).data.tags["study_label"] == "confirmatory"
@@ -148,7 +150,8 @@ def test_a_worker_killed_mid_cell_loses_nothing_and_no_cell_counts_twice(trackin
         "--study-name", "k", "--heartbeat-interval", "1", "--grace-period", "4",
     ]  # fmt: skip
     command = [sys.executable, "-m", "pipeline.study", *args]
-    coordinator = subprocess.Popen(command, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    coordinator = subprocess.Popen([*command, "--experiment-name", "k-exp"], env=env, cwd=REPO,
+                                   stderr=subprocess.PIPE, text=True)  # fmt: skip
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     deadline = time.monotonic() + 300
     while True:  # the worker joins once the study exists
@@ -159,6 +162,10 @@ def test_a_worker_killed_mid_cell_loses_nothing_and_no_cell_counts_twice(trackin
             pass
         assert time.monotonic() < deadline and coordinator.poll() is None
         time.sleep(0.5)
+    elsewhere = subprocess.run([*command, "--worker", "true", "--experiment-name", "other"], env=env,
+                               cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    assert elsewhere.returncode == 2 and "records its runs in experiment 'k-exp'" in elsewhere.stderr
+    # Told no experiment, a worker puts its cells where the study's parent run is
     worker = subprocess.Popen([*command, "--worker", "true"], env=env, cwd=REPO)
     running = []
     while not running:  # kill it in the middle of its first cell
@@ -178,4 +185,6 @@ def test_a_worker_killed_mid_cell_loses_nothing_and_no_cell_counts_twice(trackin
     assert sorted(complete) == sorted(set(complete)) and len(complete) == 2 * 4
     killed = mlflow.MlflowClient().get_run(running[0].info.run_id)
     assert killed.info.status == "FAILED"
+    (experiment,) = {r.info.experiment_id for r in _children(trials.user_attrs[STUDY_PARENT])}
+    assert mlflow.get_experiment(experiment).name == "k-exp"
     assert killed.data.tags["study_cell"] in complete  # trained again, to completion, once

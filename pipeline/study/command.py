@@ -108,7 +108,7 @@ def trainer(runs: StudyRuns):
             # that fails leaves the cell finished (training it again would read the test split
             # on its seed a second time): the study's end reads it, and fails loudly there.
             try:
-                results.evaluate_once({cell.key: run_id}, runs)
+                results.evaluate_once({cell.key: run_id}, runs, trial_number)
             except Exception as err:  # retried, with its traceback, at the end
                 click.echo(
                     f"cell {cell.key}: its test readout failed ({one_line(err)}); read at the study's end",
@@ -335,6 +335,14 @@ def _join(url: str, configs: tuple) -> None:
             "it was created with"
         )
     check_parent(study)
+    # The cells go where the study's parent run is, whatever experiment this worker was told.
+    experiment = mlflow.get_experiment(study.user_attrs[STUDY_EXPERIMENT]).name
+    if study_cfg.experiment_name and study_cfg.experiment_name != experiment:
+        raise ConfigError(
+            f"--experiment-name {study_cfg.experiment_name!r}: study {study_cfg.study_name!r} "
+            f"records its runs in experiment {experiment!r}; pass that or leave it empty"
+        )
+    configs = (*configs[:3], dataclasses.replace(study_cfg, experiment_name=experiment))
     runs = study_runs(configs, study.user_attrs[STUDY_PARENT], study.user_attrs[SCORES_ATTR])
     queue.work(study, trainer(runs), cells(*configs[2].parsed()))
 

@@ -61,7 +61,9 @@ class StudyConfig:
     max_retry: int = opt(3, "times a cell whose worker died is queued again")
     wait_s: float = opt(600.0, "with --worker: seconds to wait for the study to appear")
     run_name: str = opt("", "MLflow run name of the study's parent run; empty: study-<name>")
-    experiment_name: str = opt("", "MLflow experiment of the study and its cells; empty: growing-cnn")
+    experiment_name: str = opt(
+        "", "MLflow experiment of the study and its cells; empty: growing-cnn (a worker: its study's)"
+    )
 
     def validate(self) -> StudyConfig:
         if self.phase not in PHASES:

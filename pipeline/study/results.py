@@ -49,17 +49,22 @@ def rows(finished: dict[str, str], phase: str) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def evaluate_once(finished: dict[str, str], runs: StudyRuns) -> None:
+# On a cell's own test readout: which cell and trial it read (not study_cell: that marks cells).
+READOUT_CELL_TAG, READOUT_TRIAL_TAG = "study_readout_cell", "study_readout_trial"
+
+
+def evaluate_once(finished: dict[str, str], runs: StudyRuns, trial_number: int | None = None) -> None:
     """Test accuracy for every cell that has none yet, through evaluate (a child of the study):
-    each run reads the test split once."""
+    each run reads the test split once. A cell's own readout names its cell and trial."""
     client = mlflow.MlflowClient()
     todo = [r for r in finished.values() if "test/acc" not in client.get_run(r).data.metrics]
     if not todo:
         return
     name = f"{runs.study}-evaluate" + (f"-{next(iter(finished))}" if len(finished) == 1 else "")
-    token = RUN_TAGS.set(
-        {"mlflow.parentRunId": runs.parent_run_id, STUDY_TAG: runs.study, PHASE_TAG: runs.phase}
-    )
+    tags = {"mlflow.parentRunId": runs.parent_run_id, STUDY_TAG: runs.study, PHASE_TAG: runs.phase}
+    if trial_number is not None:
+        tags.update({READOUT_CELL_TAG: next(iter(finished)), READOUT_TRIAL_TAG: str(trial_number)})
+    token = RUN_TAGS.set(tags)
     try:
         evaluate.run(
             evaluate.EvaluateConfig(runs=",".join(todo), run_name=name, experiment_name=runs.experiment_name)
