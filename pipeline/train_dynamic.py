@@ -14,6 +14,7 @@ import click
 
 from models.schedule import NAMED_SCHEDULES, GrowthEvent, validate_schedule
 from models.spec import ArchSpec, resolve_spec
+from pipeline.budget.plan import scaled_curriculum, scaled_schedule
 from pipeline.cli import build_config, config_options, help_text
 from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.curriculum.inputs import prepare_curriculum
@@ -21,7 +22,7 @@ from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
 from pipeline.exits import ExitConfig, with_exits
-from pipeline.run.length import resolve_run_length, scaled_curriculum, scaled_schedule
+from pipeline.run.length import resolve_run_length
 from pipeline.run.plan import ExperimentPlan, GrowthConfig
 from pipeline.run.request import TrainingRequest, run_training
 from pipeline.run.session import RunConfig, TrainingOutcome

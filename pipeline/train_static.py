@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import click
 
 from models.spec import ArchSpec, resolve_spec
+from pipeline.budget.plan import scaled_curriculum
 from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.curriculum.config import CurriculumConfig
 from pipeline.curriculum.inputs import prepare_curriculum
@@ -18,7 +19,7 @@ from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
 from pipeline.exits import ExitConfig, with_exits
-from pipeline.run.length import resolve_run_length, scaled_curriculum
+from pipeline.run.length import resolve_run_length
 from pipeline.run.plan import ExperimentPlan
 from pipeline.run.request import TrainingRequest, run_training
 from pipeline.run.session import RunConfig, TrainingOutcome

@@ -22,7 +22,7 @@ from mlflow import MlflowClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
 
-from pipeline.training.timing import PARTS
+from pipeline.budget.timing import PARTS
 
 COLUMNS = (
     "run",

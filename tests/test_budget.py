@@ -9,13 +9,14 @@ import torch
 
 from models.schedule import named_schedule
 from pipeline import train_dynamic, train_static
+from pipeline.budget.meter import BudgetMeter
+from pipeline.budget.plan import scaled_schedule
+from pipeline.budget.spec import Budget, BudgetError, epochs_for, parse_budget, scale_epoch
 from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
-from pipeline.run.length import scaled_schedule
 from pipeline.run.plan import GrowthConfig
 from pipeline.run.session import RunConfig
 from pipeline.train_static import StaticConfig
-from pipeline.training.budget import Budget, BudgetError, BudgetMeter, epochs_for, parse_budget, scale_epoch
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import _budget_allows
 from pipeline.training.loop import cosine_lr

@@ -29,10 +29,11 @@ from models.builder import build_model
 from models.flops import flops_per_example
 from models.schedule import final_spec, parse_schedule
 from models.spec import resolve_spec
+from pipeline.budget.meter import BudgetMeter
+from pipeline.budget.spec import Budget
 from pipeline.curriculum.pruning import LossPruner
 from pipeline.curriculum.strategies import make_curriculum
 from pipeline.run.plan import ExperimentPlan, GrowthConfig
-from pipeline.training.budget import Budget, BudgetMeter
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
 from tests.conftest import fresh_state

@@ -14,20 +14,21 @@ import torch
 from models.schedule import parse_schedule
 from models.spec import resolve_spec
 from pipeline import train_dynamic
+from pipeline.budget.meter import BudgetMeter
+from pipeline.budget.plan import SecondsPlanner
+from pipeline.budget.replan import replan_after
+from pipeline.budget.spec import Budget
 from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.curriculum.pruning import LossPruner
 from pipeline.curriculum.strategies import make_curriculum
 from pipeline.data.config import DataConfig
 from pipeline.run import length
-from pipeline.run.length import SecondsPlanner
 from pipeline.run.plan import ExperimentPlan, GrowthConfig
 from pipeline.run.session import RunConfig
-from pipeline.training.budget import Budget, BudgetMeter
 from pipeline.training.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan
 from pipeline.training.loop import EpochStats, cosine_lr
-from pipeline.training.replan import replan_after
 from pipeline.training.state import RunProgress
 from tests.conftest import fresh_state
 

@@ -1,4 +1,4 @@
-"""Where a run's seconds go (pipeline/training/timing.py): the parts that train and those that
+"""Where a run's seconds go (pipeline/budget/timing.py): the parts that train and those that
 only watch, so that a seconds budget charges neither arm for how often it was validated."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pipeline.training import timing
+from pipeline.budget import timing
 
 
 def test_parts_add_up_and_only_training_parts_count_as_trained():

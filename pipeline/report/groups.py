@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from pipeline.budget.spec import Budget, parse_budget
 from pipeline.report.metrics import TIME_TO_TARGET, fmt
 from pipeline.report.runs import COMPARABILITY_KEYS, LENGTH_KEYS, setting_of
 from pipeline.report.stats import time_to_target
-from pipeline.training.budget import Budget, parse_budget
 
 BASELINE_VARIANT = "static"
 BASELINE_ENTRY_POINT = "train_static"

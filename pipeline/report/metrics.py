@@ -25,7 +25,7 @@ METRICS: dict[str, MetricInfo] = {
     "test/loss": MetricInfo("test loss", "plain", False),
     "val/acc": MetricInfo("final validation accuracy", "acc", True),
     "time/total_s": MetricInfo("wall-clock", "seconds", False),
-    # The seconds of the training step, growth and the diet (pipeline/training/timing.py): what an
+    # The seconds of the training step, growth and the diet (pipeline/budget/timing.py): what an
     # equal-seconds budget gives both arms; validation and logging are left out.
     "time/trained_s": MetricInfo("seconds that trained", "seconds", False),
     "time/trained_share": MetricInfo("share of the seconds that trained", "acc", True),

@@ -136,7 +136,7 @@ ANSWER_COSTS = {"time/trained_s": ("seconds that trained", "faster", "slower"),
 def _paired(comp: pd.DataFrame):
     """Each variant with a matched static baseline and its comparison rows by metric, the
     wall-clock's left out where the seconds that trained stand for it (validation and logging
-    are not the method's cost: pipeline/training/timing.py)."""
+    are not the method's cost: pipeline/budget/timing.py)."""
     paired = comp[comp["baseline"].fillna("") != ""]
     for group in dict.fromkeys(paired["group"]):
         rows = {r["metric"]: r for _, r in paired[paired["group"] == group].iterrows()}

@@ -6,9 +6,10 @@ from __future__ import annotations
 import click
 import mlflow
 
+from pipeline.budget import timing
 from pipeline.data.dataset import Data
 from pipeline.run.length import RunLength
-from pipeline.training import health, timing
+from pipeline.training import health
 from pipeline.training.config import TrainConfig
 from pipeline.training.state import FitState
 

@@ -25,6 +25,7 @@ from models.growth import DEFAULT_GROWTH_INIT, stage_exits
 from models.io import save_model
 from models.schedule import apply_event
 from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
+from pipeline.budget import timing
 from pipeline.cli import opt, option_name
 from pipeline.codec import same_param
 from pipeline.curriculum.diet import curriculum_pruning
@@ -42,7 +43,6 @@ from pipeline.tracking.params import shown_param
 from pipeline.tracking.processes import HOST_TAG, PID_TAG, owned_elsewhere
 from pipeline.tracking.resume_lock import resume_lock
 from pipeline.tracking.runs import current_run_name, tracked_run
-from pipeline.training import timing
 from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
@@ -311,7 +311,7 @@ def train_and_log(
     exit_cfg: ExitConfig | None = None,
 ) -> TrainingOutcome:
     """Train inside the active MLflow run; ``data`` on the CPU, moved to the device here.
-    ``length`` (a ``run_length.RunLength``) stops a FLOPs or seconds run at its budget. A model
+    ``length`` (a ``length.RunLength``) stops a FLOPs or seconds run at its budget. A model
     with exits gets its thresholds (``exit_cfg``: given, or calibrated on the validation split)
     before it is saved."""
     device = pick_device(cfg.device)

@@ -71,7 +71,7 @@ def load_checkpoint(
 ) -> FitState:
     """Rebuild the whole training state from a checkpoint; never unpickles arbitrary objects.
 
-    A seconds run that re-planned its epochs as it trained (``pipeline/training/replan.py``)
+    A seconds run that re-planned its epochs as it trained (``pipeline/budget/replan.py``)
     goes on with the plan it had then: ``replan(epochs)`` gives ``plan`` that many epochs
     before the plan's own state is loaded."""
     from models.io import ModelFileError, check_state_matches

@@ -17,12 +17,14 @@ from torch import nn
 
 from models.builder import SpecNet, count_parameters
 from models.flops import flops_per_example
+from pipeline.budget import timing
+from pipeline.budget.meter import BudgetMeter
+from pipeline.budget.replan import replan_after
 from pipeline.data.dataset import Data
 from pipeline.device import place_model, synchronize
 from pipeline.precision import grad_scaler
-from pipeline.training import health, monitor, timing
+from pipeline.training import health, monitor
 from pipeline.training.average import WeightAverage
-from pipeline.training.budget import BudgetMeter
 from pipeline.training.config import TrainConfig
 from pipeline.training.loop import (
     EpochClock,
@@ -34,7 +36,6 @@ from pipeline.training.loop import (
     train_one_epoch,
 )
 from pipeline.training.metrics import exit_accuracies, noise_metrics, noise_probe_positions, tier_accuracies
-from pipeline.training.replan import replan_after
 from pipeline.training.state import ArchitectureTrace, FitState, RunProgress
 
 # The last share of a seconds budget in which, on CUDA, a step is allowed only by the device's
@@ -95,7 +96,7 @@ class TrainingPlan:
     def replan(self, last_epoch: int, epochs: int, events: list, setup: object) -> bool:
         """Take a plan of ``epochs`` epochs (its growth ``events`` and curriculum ``setup``) from
         the epoch after ``last_epoch`` on, if it agrees with this one at ``last_epoch``
-        (``pipeline/training/replan.py``); True when taken. Static training places nothing."""
+        (``pipeline/budget/replan.py``); True when taken. Static training places nothing."""
         return True
 
     def epoch_info(self, epoch: int) -> dict[str, float]:
@@ -155,7 +156,7 @@ def fit(
     ``on_epoch(epoch, metrics, state)`` sees every epoch's metrics (logging, pruning);
     ``checkpoint`` is called after the first epoch and then as often as ``checkpoint_pace``
     allows (by default after every epoch unless writing one is slow next to an epoch). A
-    ``meter`` (``budget.BudgetMeter``) ends training before a step its FLOPs or seconds budget
+    ``meter`` (``pipeline/budget/meter.BudgetMeter``) ends training before a step its FLOPs or seconds budget
     cannot pay for; with ``--stop-on-collapse`` a run that has died (``health.should_stop``)
     ends early. With ``--ema-decay``, validation sees the weight average, and at the end the
     model takes its weights.

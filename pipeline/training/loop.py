@@ -101,7 +101,7 @@ class EpochClock:
     @classmethod
     def single(cls, lr: float, seed: int = 0) -> EpochClock:
         """A run of one epoch at the constant rate ``lr``, its order drawn from ``seed``: a
-        probe of the training loop (``run_length`` times one at rate 0)."""
+        probe of the training loop (``pipeline/run/length.py`` times one at rate 0)."""
         return cls(lambda _progress: lr, 0, 1, 0, torch.Generator().manual_seed(seed))
 
 

@@ -52,7 +52,7 @@ class RunProgress:
     """How far through its schedule a run is (0 to 1: what the learning rate follows), as a
     function of the share of its planned ``epochs`` trained. A run of fixed length goes
     straight from 0 to 1; a seconds run that re-plans its length while it trains
-    (``pipeline/training/replan.py``) keeps the progress it had reached at the epoch it
+    (``pipeline/budget/replan.py``) keeps the progress it had reached at the epoch it
     re-planned at (``anchor_epoch``, ``anchor_progress``) and spreads the rest over its new
     epochs, so its rate goes on from where it was rather than jumping."""
 
@@ -100,7 +100,7 @@ class FitState:
     # "epochs": trained them all; "budget": its budget ran out first; "collapsed": it died
     stop_reason: str = ""
     average: WeightAverage | None = None  # with --ema-decay: the averaged weights
-    # cumulative seconds per part of the epoch loop (pipeline/training/timing.py)
+    # cumulative seconds per part of the epoch loop (pipeline/budget/timing.py)
     time_parts: dict[str, float] = field(default_factory=dict)
     # the run's planned epochs and schedule progress; None until ``fit`` starts it from the
     # config (a seconds run may re-plan its epochs as it trains)

@@ -44,6 +44,7 @@ from optuna.trial import TrialState
 
 from models.spec import resolve_spec
 from pipeline import workers
+from pipeline.budget.spec import parse_budget
 from pipeline.cli import ConfigError, build_config, config_options, help_text
 from pipeline.codec import flat_params, to_argv
 from pipeline.curriculum.config import DynamicCurriculumConfig
@@ -58,7 +59,6 @@ from pipeline.tracking.artifacts import log_dataset, scratch_dir
 from pipeline.tracking.errors import raise_terminated
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.runs import tracked_run
-from pipeline.training.budget import parse_budget
 from pipeline.training.config import TrainConfig
 from pipeline.tune import report, search_space
 from pipeline.tune.config import CONFIGS, ENTRY_POINT, SpaceConfig, StudyConfig

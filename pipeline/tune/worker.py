@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 
 from models.schedule import GrowthError, validate_schedule
 from models.spec import resolve_spec
+from pipeline.budget.spec import scale_epoch
 from pipeline.codec import flat_params, non_default_params
 from pipeline.curriculum.checks import CurriculumError
 from pipeline.curriculum.config import DynamicCurriculumConfig
@@ -40,7 +41,6 @@ from pipeline.tracking.params import log_params_shown
 from pipeline.tracking.processes import owner_tags
 from pipeline.tracking.runs import code_version
 from pipeline.training import health
-from pipeline.training.budget import scale_epoch
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
 from pipeline.training.loop import DivergenceError

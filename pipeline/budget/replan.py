@@ -1,41 +1,68 @@
 """A seconds run re-planned as it trains; no MLflow here.
 
-A seconds run's first plan comes from a few timed batches of each network
-(``pipeline/run/length.py``), which can be off by a tenth: CIFAR-10 seed 170 planned 21 epochs
+A seconds run's first plan comes from a few timed batches of each network (``plan.py``), which
+can be off by a tenth: CIFAR-10 seed 170 planned 21 epochs
 where 24 fitted, and its rate, following its steps, annealed at the 21st with 14% of its seconds
 left. So after every epoch the run asks again how many epochs its seconds left buy, from its
-own measured epochs (``run_length.SecondsPlanner``), and takes a plan of that many (plus the
-margin the clock ends: ``budget.SECONDS_MARGIN_EPOCHS``).
+own measured epochs (``plan.SecondsPlanner``), and takes a plan of that many (plus the
+margin the clock ends: ``spec.SECONDS_MARGIN_EPOCHS``).
 
 A plan of E epochs places everything at fractions of E: the growth events, the curriculum's
 stages, pruning's annealing tail. A new plan moves what is still to come; it must not move what
 the run has done, so it is taken only where, at the epoch just run, it had the same growth events
 due, the same curriculum stage and the same pruning as the run's plan (else the run keeps its
 plan and asks again after the next epoch). The learning rate goes on from the progress it had
-reached (``state.RunProgress``), and a growth's re-warm starts where the growth happened
-(``epoch_loop.learning_rate``), whatever plan placed it.
+reached (the training state's ``RunProgress``), and a growth's re-warm starts where the growth
+happened (``pipeline/training/epoch_loop.learning_rate``), whatever plan placed it.
 """
 
 from __future__ import annotations
 
-from pipeline.training.budget import MAX_EPOCHS, SECONDS_MARGIN_EPOCHS, BudgetMeter
-from pipeline.training.loop import EpochStats
-from pipeline.training.state import RunProgress
+from typing import Protocol
+
+from pipeline.budget.meter import BudgetMeter
+from pipeline.budget.spec import MAX_EPOCHS, SECONDS_MARGIN_EPOCHS
+
+
+class EpochResult(Protocol):
+    """What an epoch's training steps did (``pipeline/training/loop.EpochStats``)."""
+
+    examples: int
+    seconds: float
+
+
+class PlanProgress(Protocol):
+    """The run's progress through its plan (``pipeline/training/state.RunProgress``)."""
+
+    epochs: int
+
+    def replan(self, next_epoch: int, epochs: int) -> None:
+        """Go on from ``next_epoch`` in a plan of ``epochs`` epochs."""
+
+
+class Replannable(Protocol):
+    """The training plan (``pipeline/training/epoch_loop.TrainingPlan``): what a new length moves."""
+
+    def replan(self, last_epoch: int, epochs: int, events: list, setup: object) -> bool:
+        """Take a plan of ``epochs`` epochs after ``last_epoch`` if it keeps what was done."""
+
 
 # A plan is shortened only when it holds more than this many epochs beyond those that fit and its
 # margin, and only once the planner has measured a few epochs of the network the run trains now
-# (``SecondsPlanner.settled``): the clock already ends a run whose plan is long (budget.py), and a
+# (``SecondsPlanner.settled``): the clock already ends a run whose plan is long (meter.py), and a
 # plan that flipped between two lengths on each epoch's noise would move its stages back and
 # forth for nothing. A plan is lengthened on any epoch's evidence: a network's first epoch, its
 # slowest, can only plan too few.
 SHRINK_SLACK_EPOCHS = 1
 
 
-def replan_after(epoch: int, stats: EpochStats, meter: BudgetMeter, plan, progress: RunProgress) -> bool:
+def replan_after(
+    epoch: int, stats: EpochResult, meter: BudgetMeter, plan: Replannable, progress: PlanProgress
+) -> bool:
     """After epoch ``epoch`` (``stats``; ``meter`` settled: its seconds spent and what the epoch
     trained outside its steps, ``meter.reserve_s``; ``meter.exhausted`` if the budget cut the
-    epoch short), give the run a plan of the epochs its seconds left buy, where ``plan`` (a
-    ``TrainingPlan``) can take it; True when it did."""
+    epoch short), give the run a plan of the epochs its seconds left buy, where ``plan`` can
+    take it; True when it did."""
     planner = meter.planner
     if planner is None or not stats.examples:  # only a seconds run's meter has a planner
         return False
