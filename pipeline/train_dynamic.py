@@ -22,8 +22,9 @@ from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
 from pipeline.exits import ExitConfig, with_exits
+from pipeline.growth.config import GrowthConfig
 from pipeline.run.length import resolve_run_length
-from pipeline.run.plan import ExperimentPlan, GrowthConfig
+from pipeline.run.plan import ExperimentPlan
 from pipeline.run.request import TrainingRequest, run_training
 from pipeline.run.session import RunConfig, TrainingOutcome
 from pipeline.tracking.guard import GuardedCommand, main_guard

@@ -18,7 +18,8 @@ from models.spec import resolve_spec
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
 from pipeline.device import seed_everything
-from pipeline.run.plan import ExperimentPlan, GrowthConfig
+from pipeline.growth.config import GrowthConfig
+from pipeline.run.plan import ExperimentPlan
 from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
 from pipeline.training.epoch_loop import CheckpointPace, fit
 from pipeline.training.state import FitState, new_state

@@ -14,7 +14,7 @@ from pipeline.budget.plan import scaled_schedule
 from pipeline.budget.spec import Budget, BudgetError, epochs_for, parse_budget, scale_epoch
 from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
-from pipeline.run.plan import GrowthConfig
+from pipeline.growth.config import GrowthConfig
 from pipeline.run.session import RunConfig
 from pipeline.train_static import StaticConfig
 from pipeline.training.config import TrainConfig

@@ -15,7 +15,8 @@ from models.layers.convbn import ConvBnLayer
 from models.schedule import final_spec, parse_schedule
 from models.spec import resolve_spec
 from pipeline.cli import ConfigError
-from pipeline.run.plan import ExperimentPlan, GrowthConfig
+from pipeline.growth.config import GrowthConfig
+from pipeline.run.plan import ExperimentPlan
 from pipeline.training.config import TrainConfig
 from tests.conftest import fresh_state
 from tests.test_training import one_batch_at_zero_rate

@@ -33,7 +33,8 @@ from pipeline.budget.meter import BudgetMeter
 from pipeline.budget.spec import Budget
 from pipeline.curriculum.pruning import LossPruner
 from pipeline.curriculum.strategies import make_curriculum
-from pipeline.run.plan import ExperimentPlan, GrowthConfig
+from pipeline.growth.config import GrowthConfig
+from pipeline.run.plan import ExperimentPlan
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
 from tests.conftest import fresh_state

@@ -19,7 +19,7 @@ from pipeline import evaluate, score_difficulty, train_dynamic, train_static
 from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
 from pipeline.data.splits import load_data
-from pipeline.run.plan import GrowthConfig
+from pipeline.growth.config import GrowthConfig
 from pipeline.run.session import RunConfig
 from pipeline.tracking.artifacts import NOISE_ARTIFACT
 from pipeline.training.config import TrainConfig

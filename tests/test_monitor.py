@@ -11,7 +11,8 @@ import torch
 
 from models.schedule import parse_schedule
 from pipeline.cli import ConfigError
-from pipeline.run.plan import ExperimentPlan, GrowthConfig
+from pipeline.growth.config import GrowthConfig
+from pipeline.run.plan import ExperimentPlan
 from pipeline.training import monitor
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit

@@ -10,7 +10,8 @@ from models.spec import resolve_spec
 from pipeline.curriculum.diet import diet_of_growth, growth_boundaries
 from pipeline.curriculum.pruning import LossPruner
 from pipeline.curriculum.strategies import make_curriculum
-from pipeline.run.plan import ExperimentPlan, GrowthConfig
+from pipeline.growth.config import GrowthConfig
+from pipeline.run.plan import ExperimentPlan
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
 from tests.conftest import fresh_state, interrupted_then_resumed

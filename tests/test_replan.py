@@ -22,8 +22,9 @@ from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.curriculum.pruning import LossPruner
 from pipeline.curriculum.strategies import make_curriculum
 from pipeline.data.config import DataConfig
+from pipeline.growth.config import GrowthConfig
 from pipeline.run import length
-from pipeline.run.plan import ExperimentPlan, GrowthConfig
+from pipeline.run.plan import ExperimentPlan
 from pipeline.run.session import RunConfig
 from pipeline.training.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from pipeline.training.config import TrainConfig
@@ -115,14 +116,14 @@ def _plan(data, epochs: int) -> ExperimentPlan:
 
 def _pieces(data, epochs: int):
     plan = _plan(data, epochs)
-    return plan.events, SimpleNamespace(curriculum=plan.curriculum, pruner=plan.pruner)
+    return plan.growth.events, SimpleNamespace(curriculum=plan.diet.curriculum, pruner=plan.diet.pruner)
 
 
 def test_a_plan_takes_a_longer_one_only_where_the_epoch_just_run_had_the_same_growth_stage_and_pruning(
     small_data,
 ):
     plan = _plan(small_data, 8)  # grows before epoch 4; medium examples from 3, hard from 4
-    plan.pruner.last_loss[:5] = torch.arange(5.0)
+    plan.diet.pruner.last_loss[:5] = torch.arange(5.0)
     # After epoch 3 (medium examples, not yet grown) a 10-epoch plan has its epoch 3 in the
     # first stage: taking it would send the run back to the easy examples. Refused.
     assert not plan.replan(3, 10, *_pieces(small_data, 10))
@@ -130,9 +131,9 @@ def test_a_plan_takes_a_longer_one_only_where_the_epoch_just_run_had_the_same_gr
     # After epoch 1 both plans have trained the easy examples on the start network: taken, and
     # the growth moves to epoch 5 with the stages, pruning's losses kept.
     assert plan.replan(1, 10, *_pieces(small_data, 10))
-    assert plan.cfg.epochs == 10 and [e.epoch for e in plan.events] == [5]
-    assert plan.curriculum.stage_of(3) == plan.curriculum.stage_of(1)  # the first stage goes on
-    assert torch.equal(plan.pruner.last_loss[:5], torch.arange(5.0))
+    assert plan.cfg.epochs == 10 and [e.epoch for e in plan.growth.events] == [5]
+    assert plan.diet.curriculum.stage_of(3) == plan.diet.curriculum.stage_of(1)  # the first stage goes on
+    assert torch.equal(plan.diet.pruner.last_loss[:5], torch.arange(5.0))
     # Once grown (epoch 5 run), a plan that would grow later still is refused: the growth happened.
     assert not plan.replan(5, 14, *_pieces(small_data, 14))
     with pytest.raises(RuntimeError, match="same events"):

@@ -179,7 +179,7 @@ def test_every_named_recipe_is_options_the_steps_take():
     import dataclasses
 
     from pipeline.curriculum.config import DynamicCurriculumConfig
-    from pipeline.run.plan import GrowthConfig
+    from pipeline.growth.config import GrowthConfig
     from pipeline.study.config import GridConfig
     from pipeline.study.recipes import RECIPES
     from pipeline.training.config import TrainConfig

@@ -261,11 +261,12 @@ def check_network_sizes(
     max_bytes = limits.memory_limit_bytes(device)
     spec = start
     check_size(spec, limits.max_params, max_bytes, batch_size, f"start spec {start.name}")
-    events = list(getattr(plan, "events", []))
+    growth = getattr(plan, "growth", None)  # an ExperimentPlan's GrowthPlan; static has none
+    events = list(growth.events) if growth is not None else []
     for event in events:
         spec = apply_event(spec, event)
         check_size(spec, limits.max_params, max_bytes, batch_size, f"after growth {event.to_compact()}")
-    if getattr(plan, "stage_exits", False):
+    if growth is not None and growth.stage_exits:
         for epoch in sorted({event.epoch for event in events}):
             staged = stage_exits(start, [event for event in events if event.epoch <= epoch])
             where = f"after growth at epoch {epoch} with its stage exits ({', '.join(staged.exit_ids())})"

@@ -13,7 +13,7 @@ from models.spec import NAMED_SPECS, ArchSpec, named_layers
 from pipeline import train_dynamic, train_static
 from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
-from pipeline.run.plan import GrowthConfig
+from pipeline.growth.config import GrowthConfig
 from pipeline.run.session import RunConfig
 from pipeline.study.grid import ARMS, Cell, budget_option
 from pipeline.study.recipes import recipe

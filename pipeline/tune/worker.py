@@ -32,9 +32,10 @@ from pipeline.curriculum.pruning import PruningError
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.device import pick_device, seed_everything
+from pipeline.growth.config import GrowthConfig
 from pipeline.run.length import RunLength, resolve_run_length
 from pipeline.run.logged_model import log_classifier
-from pipeline.run.plan import ExperimentPlan, GrowthConfig
+from pipeline.run.plan import ExperimentPlan
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.errors import FAILURE_TAG, one_line
 from pipeline.tracking.params import log_params_shown
