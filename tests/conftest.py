@@ -21,7 +21,8 @@ from pipeline.device import seed_everything
 from pipeline.growth.config import GrowthConfig
 from pipeline.run.plan import ExperimentPlan
 from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
-from pipeline.training.epoch_loop import CheckpointPace, fit
+from pipeline.training.epoch_loop import fit
+from pipeline.training.pace import CheckpointPace
 from pipeline.training.state import FitState, new_state
 
 REPO = Path(__file__).resolve().parents[1]

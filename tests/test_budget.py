@@ -9,7 +9,7 @@ import torch
 
 from models.schedule import named_schedule
 from pipeline import train_dynamic, train_static
-from pipeline.budget.meter import BudgetMeter
+from pipeline.budget.meter import BudgetMeter, step_allowed
 from pipeline.budget.plan import scaled_schedule
 from pipeline.budget.spec import Budget, BudgetError, epochs_for, parse_budget, scale_epoch
 from pipeline.curriculum.config import DynamicCurriculumConfig
@@ -18,7 +18,6 @@ from pipeline.growth.config import GrowthConfig
 from pipeline.run.session import RunConfig
 from pipeline.train_static import StaticConfig
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import _budget_allows
 from pipeline.training.loop import cosine_lr
 
 DATA = DataConfig(subset=600)
@@ -194,6 +193,6 @@ def test_off_cuda_a_budget_check_reads_the_clock_once():
         return 9.5
 
     meter = BudgetMeter(Budget("seconds", 10.0, "10s"), seconds_per_example=0.01)
-    assert _budget_allows(meter, 1.0, torch.device("cpu"), 950, 10, clock)  # 9.6 s, near the end
+    assert step_allowed(meter, 1.0, torch.device("cpu"), 950, 10, clock)  # 9.6 s, near the end
     assert len(reads) == 1  # the host's clock is the device's: nothing to wait for
-    assert not _budget_allows(meter, 1.0, torch.device("cpu"), 950, 60, clock)  # 10.1 s
+    assert not step_allowed(meter, 1.0, torch.device("cpu"), 950, 60, clock)  # 10.1 s

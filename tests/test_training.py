@@ -13,7 +13,7 @@ from pipeline.cli import ConfigError
 from pipeline.data.augment import mixup_batch
 from pipeline.device import CPU_EVAL_BATCH, eval_batch_size, seed_everything
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import CheckpointPace, TrainingPlan, fit, learning_rate
+from pipeline.training.epoch_loop import TrainingPlan, fit, learning_rate
 from pipeline.training.loop import (
     DivergenceError,
     EpochClock,
@@ -23,6 +23,7 @@ from pipeline.training.loop import (
     evaluate_split,
     train_one_epoch,
 )
+from pipeline.training.pace import CheckpointPace
 from pipeline.training.state import ArchitectureTrace
 from tests.conftest import fresh_state, interrupted_then_resumed
 

@@ -8,10 +8,14 @@ would overrun its budget, so it never spends more than it was given.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import torch
+
 from pipeline.budget.spec import Budget
+from pipeline.device import synchronize
 
 # A step is predicted at this run's mean seconds per example, but one can take longer (the
 # CPU's jitter; on full CIFAR-10-sized data a step is tens of milliseconds, on a 600-example
@@ -83,3 +87,28 @@ class BudgetMeter:
     def near_end(self, share: float) -> bool:
         """Whether the last check's predicted cost came within ``share`` of the budget's end."""
         return self.last_cost > (1 - share) * self.budget.amount
+
+
+# The last share of a seconds budget in which, on CUDA, a step is allowed only by the device's
+# clock (one synchronisation per step there): the host runs ahead by at most a few queued steps.
+CUDA_EXACT_SHARE = 0.02
+
+
+def step_allowed(
+    meter: BudgetMeter,
+    flops_per_train_example: float,
+    device: torch.device,
+    done: int,
+    batch: int,
+    clock: Callable[[], float],
+) -> bool:
+    """Whether the budget pays the next step. On CUDA the host's clock runs ahead of the queued
+    steps, so near the end of a seconds budget (its last ``CUDA_EXACT_SHARE``) a step the host's
+    clock lets pass is asked again once the device has caught up: the budget is never overrun by
+    the queue, and the steps before keep running ahead of the host unhindered."""
+    allowed = meter.allows(done, batch, flops_per_train_example, clock())
+    seconds_on_cuda = device.type == "cuda" and meter.budget.unit == "seconds"
+    if allowed and seconds_on_cuda and meter.near_end(CUDA_EXACT_SHARE):
+        synchronize(device)
+        allowed = meter.allows(done, batch, flops_per_train_example, clock())
+    return allowed

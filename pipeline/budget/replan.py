@@ -22,6 +22,7 @@ from typing import Protocol
 
 from pipeline.budget.meter import BudgetMeter
 from pipeline.budget.spec import MAX_EPOCHS, SECONDS_MARGIN_EPOCHS
+from pipeline.budget.timing import timed, trained_s
 
 
 class EpochResult(Protocol):
@@ -85,3 +86,33 @@ def replan_after(
         return False
     progress.replan(next_epoch, wanted)
     return True
+
+
+def settle_seconds(
+    meter: BudgetMeter,
+    epoch: int,
+    stats: EpochResult,
+    parts: tuple[dict[str, float], dict[str, float]],
+    plan: Replannable,
+    progress: PlanProgress,
+    batch_size: int,
+) -> bool:
+    """A seconds run after epoch ``epoch``'s steps (``parts``: the run's seconds per part before
+    the epoch and now, ``timing.py``): the meter learns what the epoch spent, the run re-plans
+    (``replan_after``; True when it did) and the meter asks whether a next epoch could pay its
+    first step. The run re-plans first, so that its own seconds are spent before that check.
+    What trained outside the steps (the diet's bookkeeping, growth, the epoch's set-up,
+    re-planning) is kept back; and a next epoch that could not pay its first step is not begun:
+    this one is the last (validated whole)."""
+    before, now = parts
+
+    def settle() -> None:
+        meter.reserve_s = trained_s(now) - trained_s(before) - stats.seconds
+        meter.spent = trained_s(now)
+
+    settle()
+    with timed(now, "plan"):
+        replanned = replan_after(epoch, stats, meter, plan, progress)
+    settle()
+    meter.allows(0, batch_size, 0.0, 0.0)
+    return replanned

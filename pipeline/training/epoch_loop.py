@@ -7,10 +7,9 @@ default plan: no growth, every example, every epoch.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -18,10 +17,10 @@ from torch import nn
 from models.builder import SpecNet, count_parameters
 from models.flops import flops_per_example
 from pipeline.budget import timing
-from pipeline.budget.meter import BudgetMeter
-from pipeline.budget.replan import replan_after
+from pipeline.budget.meter import BudgetMeter, step_allowed
+from pipeline.budget.replan import settle_seconds
 from pipeline.data.dataset import Data
-from pipeline.device import place_model, synchronize
+from pipeline.device import place_model
 from pipeline.precision import grad_scaler
 from pipeline.training import health, monitor
 from pipeline.training.average import WeightAverage
@@ -36,13 +35,8 @@ from pipeline.training.loop import (
     train_one_epoch,
 )
 from pipeline.training.metrics import exit_accuracies, noise_metrics, noise_probe_positions, tier_accuracies
+from pipeline.training.pace import CheckpointPace
 from pipeline.training.state import ArchitectureTrace, FitState, RunProgress
-
-# The last share of a seconds budget in which, on CUDA, a step is allowed only by the device's
-# clock (one synchronisation per step there): the host runs ahead by at most a few queued steps.
-CUDA_EXACT_SHARE = 0.02
-# The most of a run's seconds its checkpoints may take (``CheckpointPace``).
-CHECKPOINT_SHARE = 0.02
 
 
 class TrainingPlan:
@@ -199,35 +193,6 @@ def fit(
     return state
 
 
-class CheckpointPace:
-    """When the next checkpoint is written: after the first epoch, then once the run has spent
-    ``1 / max_share`` times the last write's seconds since that write ended (``math.inf``:
-    after every epoch). A checkpoint of the default network takes about a hundredth of a
-    second, so every epoch of a few seconds still gets one; a write that stalls (a slow disk or
-    artifact store: 1.3 s once, beside 3-second epochs) is not repeated every epoch, so
-    checkpoints never cost a run more than ``max_share`` of its seconds. A resumed run repeats
-    at most the epochs since its last checkpoint."""
-
-    def __init__(self, max_share: float = CHECKPOINT_SHARE) -> None:
-        self.max_share = max_share
-        self.last_end: float | None = None
-        self.last_s = 0.0
-
-    def due(self) -> bool:
-        if self.last_end is None:
-            return True
-        return time.perf_counter() - self.last_end >= self.last_s / self.max_share
-
-    @contextlib.contextmanager
-    def writing(self) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.last_end = time.perf_counter()
-            self.last_s = self.last_end - start
-
-
 class _EpochLoop:
     """What ``fit`` sets up once for a run, and the parts of each epoch: growth, the training
     step over the epoch's examples, validation with its probes. Each part's seconds go to
@@ -303,7 +268,7 @@ class _EpochLoop:
         if meter is not None:  # seconds budgets count the seconds that train (timing.py)
             flops_spent = meter.budget.unit == "flops"
             meter.spent = state.cumulative_train_flops if flops_spent else timing.trained_s(self.parts)
-            allows = functools.partial(_budget_allows, meter, self.flops["train"], self.device)
+            allows = functools.partial(step_allowed, meter, self.flops["train"], self.device)
         train_start = time.perf_counter()
         stats = train_one_epoch(
             self.forward,
@@ -330,20 +295,18 @@ class _EpochLoop:
         if stats.losses is not None:
             with timing.timed(self.parts, "diet"):
                 self.plan.record_losses(stats.order, stats.losses)
-        meter = self.meter
-        if meter is not None and meter.budget.unit == "seconds":
-            # The run re-plans first, so that its own seconds are spent before the check below.
-            # What trained outside the steps (the diet's bookkeeping, growth, the epoch's set-up,
-            # re-planning) is kept back; and a next epoch that could not pay its first step is
-            # not begun: this one is the last (validated whole).
-            meter.reserve_s = timing.trained_s(self.parts) - timing.trained_s(before) - stats.seconds
-            meter.spent = timing.trained_s(self.parts)
-            with timing.timed(self.parts, "plan"):
-                if replan_after(epoch, stats, meter, self.plan, self.state.progress):
-                    self.watched = self._watched()
-            meter.reserve_s = timing.trained_s(self.parts) - timing.trained_s(before) - stats.seconds
-            meter.spent = timing.trained_s(self.parts)
-            meter.allows(0, self.cfg.batch_size, self.flops["train"], 0.0)
+        if self.seconds is not None:
+            replanned = settle_seconds(
+                self.seconds,
+                epoch,
+                stats,
+                (before, self.parts),
+                self.plan,
+                self.state.progress,
+                self.cfg.batch_size,
+            )
+            if replanned:
+                self.watched = self._watched()
 
     def validate(
         self, epoch: int, events: list[dict], stats: EpochStats, positions: torch.Tensor, epoch_start: float
@@ -399,26 +362,6 @@ class _EpochLoop:
                     noise_metrics(scored, data, positions, val, self.noise_probe, cfg, state.precision)
                 )
         return metrics
-
-
-def _budget_allows(
-    meter: BudgetMeter,
-    flops_per_train_example: float,
-    device: torch.device,
-    done: int,
-    batch: int,
-    clock: Callable[[], float],
-) -> bool:
-    """Whether the budget pays the next step. On CUDA the host's clock runs ahead of the queued
-    steps, so near the end of a seconds budget (its last ``CUDA_EXACT_SHARE``) a step the host's
-    clock lets pass is asked again once the device has caught up: the budget is never overrun by
-    the queue, and the steps before keep running ahead of the host unhindered."""
-    allowed = meter.allows(done, batch, flops_per_train_example, clock())
-    seconds_on_cuda = device.type == "cuda" and meter.budget.unit == "seconds"
-    if allowed and seconds_on_cuda and meter.near_end(CUDA_EXACT_SHARE):
-        synchronize(device)
-        allowed = meter.allows(done, batch, flops_per_train_example, clock())
-    return allowed
 
 
 def _compiled(model: SpecNet, cfg: TrainConfig) -> nn.Module:
