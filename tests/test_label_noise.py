@@ -19,6 +19,7 @@ from pipeline.report.stats import roc_auc
 from pipeline.score_difficulty import Scored, noise_metrics, noise_report
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.probes import standard_probes
 from pipeline.training.state import new_state
 from pipeline.workflow.presets import NOISE_HOLD_BACK, Diet
 
@@ -147,7 +148,7 @@ def test_training_logs_memorisation_per_epoch():
     cfg = TrainConfig(epochs=2, batch_size=64, seed=0)
     seed_everything(0, False)
     state = new_state(resolve_spec("tiny", data.input_shape, data.num_classes), cfg, torch.device("cpu"))
-    history = fit(state, data, cfg, TrainingPlan()).history
+    history = fit(state, data, cfg, TrainingPlan(), probes=standard_probes(data, cfg)).history
     for row in history:
         assert row["noise/trained_flipped_share"] == pytest.approx(0.4)  # static: every example
         for key in ("clean", "flipped_original", "flipped_noisy"):
@@ -156,7 +157,10 @@ def test_training_logs_memorisation_per_epoch():
     clean = load_data(DataConfig(subset=600, val_size=1000))
     seed_everything(0, False)
     state = new_state(resolve_spec("tiny", clean.input_shape, clean.num_classes), cfg, torch.device("cpu"))
-    assert not any(k.startswith("noise/") for k in fit(state, clean, cfg, TrainingPlan()).history[-1])
+    probes = standard_probes(clean, cfg)
+    assert not any(
+        k.startswith("noise/") for k in fit(state, clean, cfg, TrainingPlan(), probes=probes).history[-1]
+    )
 
 
 def test_runs_with_other_noise_fall_into_other_settings():

@@ -22,6 +22,7 @@ from pipeline.difficulty.folds import CrossFitLedger, Fold, check_folds, make_fo
 from pipeline.difficulty.scorers import MODEL_SCORERS, logits_of, loss_score
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.probes import standard_probes
 from pipeline.training.state import FitState, new_state
 
 
@@ -134,6 +135,7 @@ def cross_fit(
             FoldPlan(fold),
             on_epoch=on_epoch,
             progress_bar=progress_bar,
+            probes=standard_probes(on_device, cfg),
         )
         logits = _score_model(ledger, i, state.model, final, targets, train_cfg.eval_batch_size)
         held_logits = logits.get("train")

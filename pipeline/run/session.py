@@ -47,6 +47,7 @@ from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
 from pipeline.training.loop import DivergenceError
+from pipeline.training.probes import standard_probes
 from pipeline.training.state import FitState, new_state
 
 CHECKPOINT_ARTIFACT = "checkpoints/last.pt"
@@ -340,6 +341,7 @@ def train_and_log(
                 checkpoint=epochs.checkpoint,
                 progress_bar=progress_bar,
                 meter=length.meter() if length is not None else None,
+                probes=standard_probes(on_device, cfg),
             )
         except DivergenceError as err:  # the run fails with one line; its health says why too
             epochs.flush()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -34,8 +34,9 @@ from pipeline.training.loop import (
     evaluate_split,
     train_one_epoch,
 )
-from pipeline.training.metrics import exit_accuracies, noise_metrics, noise_probe_positions, tier_accuracies
+from pipeline.training.metrics import tier_accuracies
 from pipeline.training.pace import CheckpointPace
+from pipeline.training.probes import EpochProbe
 from pipeline.training.state import ArchitectureTrace, FitState, RunProgress
 
 
@@ -142,6 +143,7 @@ def fit(
     progress_bar: bool = False,
     meter: BudgetMeter | None = None,
     checkpoint_pace: CheckpointPace | None = None,
+    probes: Sequence[EpochProbe] = (),
 ) -> FitState:
     """Run epochs ``state.epoch`` onwards to the run's planned epochs (``cfg.epochs``, or those a
     seconds run has re-planned to, kept in ``state.progress``); ``data`` must already be on the
@@ -150,13 +152,16 @@ def fit(
     ``on_epoch(epoch, metrics, state)`` sees every epoch's metrics (logging, pruning);
     ``checkpoint`` is called after the first epoch and then as often as ``checkpoint_pace``
     allows (by default after every epoch unless writing one is slow next to an epoch). A
-    ``meter`` (``pipeline/budget/meter.BudgetMeter``) ends training before a step its FLOPs or seconds budget
-    cannot pay for; with ``--stop-on-collapse`` a run that has died (``health.should_stop``)
-    ends early. With ``--ema-decay``, validation sees the weight average, and at the end the
-    model takes its weights.
+    ``meter`` (``pipeline/budget/meter.BudgetMeter``) ends training before a step its FLOPs or
+    seconds budget cannot pay for; with ``--stop-on-collapse`` a run that has died
+    (``health.should_stop``) ends early. With ``--ema-decay``, validation sees the weight
+    average, and at the end the model takes its weights. ``probes`` (``probes.py``: early exits,
+    label noise) add their measurements to each epoch's metrics.
     """
     state.progress = state.progress or RunProgress(cfg.epochs)
-    loop = _EpochLoop(state, data, cfg, plan, val_tiers=val_tiers, meter=meter, progress_bar=progress_bar)
+    loop = _EpochLoop(
+        state, data, cfg, plan, val_tiers=val_tiers, meter=meter, progress_bar=progress_bar, probes=probes
+    )
     chance = health.top_share(data.val.y)
     parts = state.time_parts
     pace = checkpoint_pace or CheckpointPace()
@@ -208,6 +213,7 @@ class _EpochLoop:
         val_tiers: torch.Tensor | None,
         meter: BudgetMeter | None,
         progress_bar: bool,
+        probes: Sequence[EpochProbe],
     ):
         self.state, self.data, self.cfg, self.plan = state, data, cfg, plan
         self.val_tiers, self.meter, self.progress_bar = val_tiers, meter, progress_bar
@@ -218,7 +224,7 @@ class _EpochLoop:
         self.scaler = grad_scaler(state.precision, self.device)
         self.forward = _compiled(state.model, cfg)
         plan.precision = state.precision
-        self.noise_probe = noise_probe_positions(data.train) if data.noisy else None
+        self.probes = list(probes)
         if cfg.ema_decay > 0 and state.average is None:
             state.average = WeightAverage(state.model, cfg.ema_decay)
         self.val_order = monitor.sample_order(data.val.y)
@@ -317,7 +323,10 @@ class _EpochLoop:
         scored = self.forward if state.average is None else state.average.model
         with timing.timed(self.parts, "val"):
             whole = (
-                epoch in self.watched or bool(events) or data.noisy or (meter is not None and meter.exhausted)
+                epoch in self.watched
+                or bool(events)
+                or any(probe.whole_validation for probe in self.probes)
+                or (meter is not None and meter.exhausted)
             )
             n_val = monitor.examples_to_read(cfg.monitor_share, stats.examples, len(data.val), whole)
             read = self.val_order[:n_val] if n_val < len(data.val) else None
@@ -353,14 +362,9 @@ class _EpochLoop:
         }
         if self.seconds is not None:  # as planned after this epoch (replan.py)
             metrics["budget/planned_epochs"] = state.progress.epochs
-        with timing.timed(self.parts, "probe"):
-            if state.model.spec.exits:  # outside the epoch's time too: a probe of each exit
-                probed = state.model if state.average is None else state.average.model
-                metrics.update(exit_accuracies(probed, data.val, cfg.eval_batch_size))
-            if data.noisy:  # measured outside the epoch's time: a probe, not part of training
-                metrics.update(
-                    noise_metrics(scored, data, positions, val, self.noise_probe, cfg, state.precision)
-                )
+        with timing.timed(self.parts, "probe"):  # measured outside the seconds that train
+            for probe in self.probes:
+                metrics.update(probe.measure(state, scored, val, positions))
         return metrics
 
 

@@ -45,6 +45,7 @@ from pipeline.training import health
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
 from pipeline.training.loop import DivergenceError
+from pipeline.training.probes import standard_probes
 from pipeline.training.state import FitState, new_state
 from pipeline.tune import report, search_space
 from pipeline.tune.config import ENTRY_POINT, OBJECTIVES
@@ -247,6 +248,7 @@ class Worker:
                 val_tiers=val_tiers,
                 on_epoch=on_epoch,
                 meter=length.meter(),
+                probes=standard_probes(self.on_device, train_cfg),
             )
         except DivergenceError as err:  # these choices (typically the lr) cannot train: prune, say where
             reason = f"diverged: {err}"
