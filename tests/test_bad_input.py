@@ -24,7 +24,8 @@ from PIL import Image
 from models.io import SPEC_KEY
 from models.spec import resolve_spec
 from pipeline.difficulty.scores_table import SCORES_ARTIFACT, read_table, save_table, score_column
-from pipeline.run.session import CHECKPOINT_ARTIFACT, MODEL_ARTIFACT_DIR, MODEL_FILE
+from pipeline.run.resume import CHECKPOINT_ARTIFACT
+from pipeline.run.session import MODEL_ARTIFACT_DIR, MODEL_FILE
 from pipeline.tracking.errors import FAILURE_TAG
 
 pytestmark = pytest.mark.slow

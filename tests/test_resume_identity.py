@@ -7,7 +7,7 @@ import mlflow
 import pytest
 
 from pipeline.device import pick_device
-from pipeline.run.session import RESUME_MAY_DIFFER, check_resumable
+from pipeline.run.resume import RESUME_MAY_DIFFER, check_resumable
 from pipeline.tracking.errors import UpstreamError
 
 PARAMS = {"epochs": "6", "lr": "0.05", "spec": "tiny", "deterministic": "false", "progress": "true"}

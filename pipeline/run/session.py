@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import click
 import mlflow
 import pandas as pd
 import torch
@@ -26,8 +25,7 @@ from models.io import save_model
 from models.schedule import apply_event
 from models.spec import SIZE_LIMITS, ArchSpec, SizeLimits, check_size
 from pipeline.budget import timing
-from pipeline.cli import opt, option_name
-from pipeline.codec import same_param
+from pipeline.cli import opt
 from pipeline.curriculum.diet import curriculum_pruning
 from pipeline.data.dataset import Data
 from pipeline.device import pick_device, seed_everything
@@ -37,10 +35,9 @@ from pipeline.run.exit_thresholds import set_exit_thresholds
 from pipeline.run.length import RunLength
 from pipeline.run.logged_model import log_classifier, serving_requirements
 from pipeline.run.outcome import log_budget, log_health
+from pipeline.run.resume import check_resumable, resume_checkpoint
 from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
 from pipeline.tracking.errors import UpstreamError, interruptions_held
-from pipeline.tracking.params import shown_param
-from pipeline.tracking.processes import HOST_TAG, PID_TAG, owned_elsewhere
 from pipeline.tracking.resume_lock import resume_lock
 from pipeline.tracking.runs import current_run_name, tracked_run
 from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
@@ -50,7 +47,6 @@ from pipeline.training.loop import DivergenceError
 from pipeline.training.probes import standard_probes
 from pipeline.training.state import FitState, new_state
 
-CHECKPOINT_ARTIFACT = "checkpoints/last.pt"
 MODEL_ARTIFACT_DIR = "model"
 MODEL_FILE = "model.safetensors"
 
@@ -103,102 +99,6 @@ class TrainingOutcome:
         )
 
 
-# Options that may differ when a run is resumed, because they do not change what it trains:
-# the resume id itself, the progress bar, the run name (a reopened run keeps its own), where
-# the data files live (the data they hold must still have the run's digest) and the size
-# limits (they only refuse networks, and the run's network is what it was). Every other
-# option, the device included (wall-clock is one of the study's results, and a run timed on two
-# devices measures neither), must equal the run's.
-RESUME_MAY_DIFFER = (
-    "resume",
-    "progress",
-    "run_name",
-    "experiment_name",
-    "data_dir",
-    "max_params",
-    "max_memory_gb",
-)
-# Tags that the options resolve to and that must not change either: a named spec or
-# `--scores-run auto` that now resolves to something else would train another run.
-RESUME_SAME_TAGS = ("final_spec", "scores_run_id", "variant")
-
-
-def check_resumable(
-    run_id: str,
-    entry_point: str,
-    params: dict[str, str] | None = None,
-    tags: dict[str, str] | None = None,
-    data_digest: str = "",
-) -> None:
-    """Refuse a run that does not exist, is of another entry point or has finished, and options
-    that would make the resumed run another run than it was (each named with both values).
-
-    Called before the run is reopened: reopening would retag it (and a failure would mark
-    another step's run FAILED)."""
-    if not run_id:
-        return
-    try:
-        run = mlflow.MlflowClient().get_run(run_id)
-    except mlflow.exceptions.MlflowException:
-        raise UpstreamError(f"--resume {run_id}: no such run in this tracking store") from None
-    kind = run.data.tags.get("entry_point")
-    if kind != entry_point:
-        raise UpstreamError(f"--resume {run_id} is a {kind or 'untagged'} run, not {entry_point}")
-    if run.info.status == "FINISHED":
-        raise UpstreamError(f"--resume {run_id} already FINISHED; there is nothing to continue")
-    if run.info.lifecycle_stage == "deleted":
-        raise UpstreamError(f"--resume {run_id} is deleted; restore it (mlflow runs restore) to continue it")
-    if run.info.status == "RUNNING" and owned_elsewhere(run.data.tags):
-        raise UpstreamError(
-            f"--resume {run_id} is RUNNING in process {run.data.tags.get(PID_TAG)} on "
-            f"{run.data.tags.get(HOST_TAG)}; wait for it to end, or stop it first"
-        )
-    logged, logged_tags = run.data.params, run.data.tags
-    # A parameter the run never logged (an option added since) is taken as it is now.
-    for key, value in (params or {}).items():
-        if key in RESUME_MAY_DIFFER or key not in logged or same_param(logged[key], shown_param(key, value)):
-            continue
-        if _is_option(key):
-            raise UpstreamError(
-                f"--resume {run_id}: {option_name(key)} {value} differs from the run's {logged[key]}; a "
-                f"resumed run keeps its options (pass {option_name(key)} {logged[key]}, or start a new run)"
-            )
-        raise UpstreamError(  # a value the options resolve to (e.g. a budget in epochs)
-            f"--resume {run_id}: these options give {key} {value}, the run had {logged[key]}; "
-            "a resumed run keeps what it trained with (pass the run's options, or start a new run)"
-        )
-    if data_digest and logged.get("data_digest", data_digest) != data_digest:
-        raise UpstreamError(
-            f"--resume {run_id}: the data now has digest {data_digest}, the run trained on "
-            f"{logged['data_digest']}; the data files changed"
-        )
-    for key in RESUME_SAME_TAGS:
-        # An empty one (a run without scores, `--scores-run auto` before any existed) has
-        # nothing to keep: without a curriculum, scores only add per-tier validation metrics.
-        new, old = (tags or {}).get(key), logged_tags.get(key)
-        if new is not None and old and new != old:
-            raise UpstreamError(
-                f"--resume {run_id}: its {key} is {_short(old)}, these options give {_short(new)}; "
-                "a resumed run keeps what it trained with (pass the run's options, or start a new run)"
-            )
-    device = (params or {}).get("device")
-    if device and logged_tags.get("device") and str(pick_device(device)) != logged_tags["device"]:
-        raise UpstreamError(
-            f"--resume {run_id}: the run trained on {logged_tags['device']}, --device {device} gives "
-            f"{pick_device(device)}; resume it on {logged_tags['device']} (its wall-clock is a result)"
-        )
-
-
-def _is_option(key: str) -> bool:
-    """Whether ``key`` is an option of the running click command (outside one: assume so)."""
-    ctx = click.get_current_context(silent=True)
-    return ctx is None or key in {param.name for param in ctx.command.params}
-
-
-def _short(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 @contextlib.contextmanager
 def training_run(
     entry_point: str, run_cfg: RunConfig, params: dict[str, str], tags: dict[str, str], data: Data
@@ -235,20 +135,6 @@ def default_run_name(variant: str, params: dict[str, str]) -> str:
     if init != DEFAULT_GROWTH_INIT:
         variant += f"+{init}-init"
     return f"{variant}-s{params['seed']}"
-
-
-def resume_checkpoint(run_id: str, dest: Path) -> Path:
-    """Download the last checkpoint of ``run_id``, a run ``check_resumable`` accepted."""
-    try:
-        path = mlflow.artifacts.download_artifacts(
-            run_id=run_id, artifact_path=CHECKPOINT_ARTIFACT, dst_path=str(dest)
-        )
-    except (mlflow.exceptions.MlflowException, OSError):
-        raise UpstreamError(
-            f"--resume {run_id}: the run has no checkpoint yet (it stopped "
-            "before finishing its first epoch); start it again instead"
-        ) from None
-    return Path(path)
 
 
 def check_network_sizes(
