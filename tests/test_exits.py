@@ -609,6 +609,8 @@ def test_the_size_check_counts_the_exits_each_growth_stage_adds():
     assert staged > bare
     limits = RunConfig(max_params=(bare + staged) // 2)
     cpu = torch.device("cpu")
-    check_network_sizes(MINIMAL, SimpleNamespace(events=events), 128, limits, cpu)
+    grows = SimpleNamespace(growth=SimpleNamespace(events=events, stage_exits=False))  # a plan's growth
+    check_network_sizes(MINIMAL, grows, 128, limits, cpu)
     with pytest.raises(SpecError, match=r"with its stage exits \(exit1\).*exceed --max-params"):
-        check_network_sizes(MINIMAL, SimpleNamespace(events=events, stage_exits=True), 128, limits, cpu)
+        staging = SimpleNamespace(growth=SimpleNamespace(events=events, stage_exits=True))
+        check_network_sizes(MINIMAL, staging, 128, limits, cpu)

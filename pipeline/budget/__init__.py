@@ -25,9 +25,11 @@ epochs. A ``--budget`` goes through this package in order:
    (``plan.SecondsPlanner``): a timing that planned too few epochs would otherwise end the run,
    its rate annealed, with seconds left.
 
-**How a seconds budget stops**: ``meter.BudgetMeter.allows`` refuses the step that would overrun
-(the epoch loop then ends the epoch, and the run with ``stop_reason`` ``budget``), and
-``replan.replan_after`` moves the plan's end to where the seconds will run out. The training
-loop (``pipeline/training/epoch_loop.py``) calls both; ``pipeline/run/length.py`` builds the
-budget's pieces for a run (its MLflow reads and its timing through the training loop).
+**How a seconds budget stops**: before every step the loop asks ``meter.step_allowed``
+(``BudgetMeter.allows``), which refuses the step that would overrun (the epoch ends there, and
+the run with ``stop_reason`` ``budget``); after every epoch it calls ``replan.settle_seconds``,
+which settles what the epoch spent, moves the plan's end to where the seconds will run out
+(``replan_after``) and says whether a next epoch could pay its first step. The training loop
+is ``pipeline/training/epoch_loop.py``; ``pipeline/run/length.py`` builds the budget's pieces
+for a run (its MLflow reads and its timing through the training loop).
 """

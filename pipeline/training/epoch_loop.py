@@ -201,7 +201,7 @@ def fit(
 class _EpochLoop:
     """What ``fit`` sets up once for a run, and the parts of each epoch: growth, the training
     step over the epoch's examples, validation with its probes. Each part's seconds go to
-    ``state.time_parts`` (``timing.py``)."""
+    ``state.time_parts`` (``pipeline/budget/timing.py``)."""
 
     def __init__(
         self,
@@ -242,7 +242,7 @@ class _EpochLoop:
     def lr_progress(self, share: float) -> float:
         """The schedule's progress at ``share`` of the planned epochs trained: the run's
         (``RunProgress``), or for a seconds run the share of its seconds spent where that is
-        further on (the schedule follows the clock: budget.py)."""
+        further on (the schedule follows the clock: ``pipeline/budget/meter.py``)."""
         progress = self.state.progress.at(share)
         return max(progress, self.seconds.progress) if self.seconds is not None else progress
 
@@ -271,7 +271,7 @@ class _EpochLoop:
             positions = self.plan.positions(epoch, state.model, self.data)
             weights = self.plan.example_weights(epoch)
         allows = None
-        if meter is not None:  # seconds budgets count the seconds that train (timing.py)
+        if meter is not None:  # seconds budgets count the seconds that train
             flops_spent = meter.budget.unit == "flops"
             meter.spent = state.cumulative_train_flops if flops_spent else timing.trained_s(self.parts)
             allows = functools.partial(step_allowed, meter, self.flops["train"], self.device)
@@ -297,7 +297,7 @@ class _EpochLoop:
 
     def after_training(self, epoch: int, stats: EpochStats, before: dict[str, float]) -> None:
         """The plan sees the examples' losses; a seconds budget settles what the epoch spent
-        and re-plans the run's epochs from it (``replan.py``)."""
+        and re-plans the run's epochs from it (``pipeline/budget/replan.py``)."""
         if stats.losses is not None:
             with timing.timed(self.parts, "diet"):
                 self.plan.record_losses(stats.order, stats.losses)
@@ -318,7 +318,7 @@ class _EpochLoop:
         self, epoch: int, events: list[dict], stats: EpochStats, positions: torch.Tensor, epoch_start: float
     ) -> dict:
         """Validation (the whole split or the monitoring sample), the epoch's bookkeeping and
-        its metrics, with the probes of early exits and label noise."""
+        its metrics, with what the run's probes measure."""
         state, data, cfg, meter = self.state, self.data, self.cfg, self.meter
         scored = self.forward if state.average is None else state.average.model
         with timing.timed(self.parts, "val"):
@@ -360,7 +360,7 @@ class _EpochLoop:
             "train/flops_cumulative": state.cumulative_train_flops,
             **self.plan.epoch_info(epoch),
         }
-        if self.seconds is not None:  # as planned after this epoch (replan.py)
+        if self.seconds is not None:  # as planned after this epoch (re-planning)
             metrics["budget/planned_epochs"] = state.progress.epochs
         with timing.timed(self.parts, "probe"):  # measured outside the seconds that train
             for probe in self.probes:
