@@ -41,7 +41,7 @@ class ServingRequirementError(UserError, RuntimeError):
 @functools.cache
 def serving_requirements() -> tuple[str, ...]:
     """The logged model's pip pins, from the installed distributions. Called before a run trains
-    (``session.train_and_log``), so a missing one fails then, not after the last epoch."""
+    (``session.start_training``), so a missing one fails then, not after the last epoch."""
     return installed_pins(REQUIREMENTS)
 
 

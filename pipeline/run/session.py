@@ -1,9 +1,9 @@
-"""One training run under MLflow, shared by train_static and train_dynamic.
-
-It loads the data, builds or resumes the training state, runs ``fit`` with per-epoch metrics
-and a checkpoint artifact after every epoch (rarer where writing one is slow: ``CheckpointPace``),
-and logs the final artifacts: the architecture trace, learning curves, per-epoch history and the
-model (safetensors weights + spec).
+"""The pieces of one training run under MLflow that ``run_training`` (``request.py``) calls
+around ``fit``: its options and size limits; the MLflow run opened (or reopened with
+``--resume``); the state started or resumed; each epoch's metrics logged with a checkpoint
+artifact after every epoch (rarer where writing one is slow: ``CheckpointPace``); and the final
+artifacts: the architecture trace, learning curves, per-epoch history and the model
+(safetensors weights + spec).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,17 +33,16 @@ from pipeline.run import plots
 from pipeline.run.exit_thresholds import set_exit_thresholds
 from pipeline.run.length import RunLength
 from pipeline.run.logged_model import log_classifier, serving_requirements
-from pipeline.run.outcome import log_budget, log_health
+from pipeline.run.outcome import log_health
 from pipeline.run.resume import check_resumable, resume_checkpoint
-from pipeline.tracking.artifacts import log_dataset, log_json, scratch_dir
+from pipeline.tracking.artifacts import log_dataset, log_json
 from pipeline.tracking.errors import UpstreamError, interruptions_held
 from pipeline.tracking.resume_lock import resume_lock
 from pipeline.tracking.runs import current_run_name, tracked_run
 from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.epoch_loop import TrainingPlan
 from pipeline.training.loop import DivergenceError
-from pipeline.training.probes import standard_probes
 from pipeline.training.state import FitState, new_state
 
 MODEL_ARTIFACT_DIR = "model"
@@ -184,74 +182,62 @@ class CheckpointedLog:
         self.unsaved.clear()
 
 
-def train_and_log(
-    data: Data,
-    spec: ArchSpec,
-    cfg: TrainConfig,
-    plan: TrainingPlan,
-    *,
-    resume_run_id: str = "",
-    entry_point: str,
-    val_tiers: torch.Tensor | None = None,
-    progress_bar: bool = True,
-    limits: RunConfig | None = None,
-    length: RunLength | None = None,
-    exit_cfg: ExitConfig | None = None,
-) -> TrainingOutcome:
-    """Train inside the active MLflow run; ``data`` on the CPU, moved to the device here.
-    ``length`` (a ``length.RunLength``) stops a FLOPs or seconds run at its budget. A model
-    with exits gets its thresholds (``exit_cfg``: given, or calibrated on the validation split)
-    before it is saved."""
+def start_training(
+    spec: ArchSpec, cfg: TrainConfig, plan: TrainingPlan, run_cfg: RunConfig, length: RunLength, tmp: Path
+) -> tuple[FitState, torch.device]:
+    """Inside the active MLflow run, before the first epoch: the sizes and the model's serving
+    needs checked, every generator seeded, and the state to train (new, or with ``--resume``
+    the run's last checkpoint, fetched into ``tmp``); the device it trains on."""
     device = pick_device(cfg.device)
-    check_network_sizes(spec, plan, cfg.batch_size, limits or RunConfig(), device)
+    check_network_sizes(spec, plan, cfg.batch_size, run_cfg, device)
     serving_requirements()  # what logging the model needs at the end, checked before training
     seed_everything(cfg.seed, cfg.deterministic)
     mlflow.set_tag("device", str(device))
-    with scratch_dir() as tmp:
-        state = _first_state(spec, cfg, plan, device, resume_run_id, tmp, length)
-        mlflow.set_tag("precision_resolved", state.precision)
-        on_device = data.to(device)
-        ckpt_path = tmp / "last.pt"
+    state = _first_state(spec, cfg, plan, device, run_cfg.resume, tmp, length)
+    mlflow.set_tag("precision_resolved", state.precision)
+    return state, device
 
-        epochs = CheckpointedLog(ckpt_path, cfg)
 
-        start = time.perf_counter()
-        try:
-            state = fit(
-                state,
-                on_device,
-                cfg,
-                plan,
-                val_tiers=val_tiers,
-                on_epoch=epochs.log_epoch,
-                checkpoint=epochs.checkpoint,
-                progress_bar=progress_bar,
-                meter=length.meter() if length is not None else None,
-                probes=standard_probes(on_device, cfg),
-            )
-        except DivergenceError as err:  # the run fails with one line; its health says why too
-            epochs.flush()
-            mlflow.set_tags({"health": "diverged", "health_detail": f"diverged: {err}"})
-            raise
-        except Exception:  # a failure (not an interruption, which resumes): show what it reached
-            epochs.flush()
-            raise
+@contextlib.contextmanager
+def logged_epochs(tmp: Path, cfg: TrainConfig) -> Iterator[CheckpointedLog]:
+    """Where ``fit`` logs its epochs and checkpoints (``CheckpointedLog``); its epochs' metrics
+    not yet logged are logged when training ends or fails (an interruption leaves them to the
+    resumed run, which trains those epochs again)."""
+    epochs = CheckpointedLog(tmp / "last.pt", cfg)
+    try:
+        yield epochs
+    except DivergenceError as err:  # the run fails with one line; its health says why too
         epochs.flush()
-        total_s = time.perf_counter() - start
-        verdict = log_health(state, data, cfg)
-        if state.model.spec.exits:
-            set_exit_thresholds(
-                state.model, on_device.val, exit_cfg or ExitConfig(), cfg.eval_batch_size, val_tiers
-            )
-        run_name = current_run_name()
-        # the figure says what health says: a dip or a collapse is seen, not only tagged
-        health_line = "" if verdict.verdict == "ok" else f"\nhealth {verdict.describe()}"
-        log_final_artifacts(state, plan, tmp, title=run_title(run_name) + health_line)
-        model_id = log_classifier(state.model, data, run_name, tmp)
-    _log_run_metrics(state, total_s, model_id)
-    if length is not None:
-        log_budget(length, state)
-    return TrainingOutcome(state, total_s)
+        mlflow.set_tags({"health": "diverged", "health_detail": f"diverged: {err}"})
+        raise
+    except Exception:  # a failure (not an interruption, which resumes): show what it reached
+        epochs.flush()
+        raise
+    epochs.flush()
+
+
+def finish_training(
+    state: FitState,
+    data: Data,
+    on_device: Data,
+    cfg: TrainConfig,
+    plan: TrainingPlan,
+    tmp: Path,
+    exit_cfg: ExitConfig,
+    val_tiers: torch.Tensor | None,
+) -> str:
+    """After the last epoch (``data`` on the CPU, ``on_device`` what trained): the run's health;
+    a model with exits gets its thresholds
+    (``exit_cfg``: given, or calibrated on the validation split); the final artifacts and the
+    logged model, whose id it returns."""
+    verdict = log_health(state, data, cfg)
+    if state.model.spec.exits:
+        set_exit_thresholds(state.model, on_device.val, exit_cfg, cfg.eval_batch_size, val_tiers)
+    run_name = current_run_name()
+    # the figure says what health says: a dip or a collapse is seen, not only tagged
+    health_line = "" if verdict.verdict == "ok" else f"\nhealth {verdict.describe()}"
+    log_final_artifacts(state, plan, tmp, title=run_title(run_name) + health_line)
+    return log_classifier(state.model, data, run_name, tmp)
 
 
 def _first_state(
@@ -283,7 +269,7 @@ def _first_state(
     return state
 
 
-def _log_run_metrics(state: FitState, total_s: float, model_id: str) -> None:
+def log_run_metrics(state: FitState, total_s: float, model_id: str) -> None:
     """The run's totals: its seconds by part and its final validation figures, linked to the
     logged model too (the UI's Models tab shows them beside it)."""
     mlflow.log_metrics(

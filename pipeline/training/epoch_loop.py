@@ -159,9 +159,7 @@ def fit(
     label noise) add their measurements to each epoch's metrics.
     """
     state.progress = state.progress or RunProgress(cfg.epochs)
-    loop = _EpochLoop(
-        state, data, cfg, plan, val_tiers=val_tiers, meter=meter, progress_bar=progress_bar, probes=probes
-    )
+    loop = _EpochLoop(state, data, cfg, plan, val_tiers=val_tiers, meter=meter, probes=probes)
     chance = health.top_share(data.val.y)
     parts = state.time_parts
     pace = checkpoint_pace or CheckpointPace()
@@ -171,7 +169,21 @@ def fit(
         epoch_start = time.perf_counter()
         before = dict(parts)
         events = loop.grow(epoch)
-        positions, stats = loop.train(epoch)
+        positions, terms = loop.diet(epoch)
+        train_start = time.perf_counter()
+        stats = train_one_epoch(
+            loop.forward,
+            state.optimizer,
+            data.train,
+            positions,
+            StepRecipe.of(cfg, state.precision, loop.scaler),
+            EpochClock(loop.lr_at, epoch, state.progress.epochs, state.global_step, state.generator),
+            terms,
+            allows=loop.allows(),
+            after_step=None if state.average is None else state.average.update,
+            progress_bar=progress_bar,
+        )
+        parts["train"] = parts.get("train", 0.0) + time.perf_counter() - train_start
         if stats.examples == 0:  # the budget could not pay for a single step of this epoch
             state.stop_reason = "budget"
             break
@@ -199,8 +211,9 @@ def fit(
 
 
 class _EpochLoop:
-    """What ``fit`` sets up once for a run, and the parts of each epoch: growth, the training
-    step over the epoch's examples, validation with its probes. Each part's seconds go to
+    """What ``fit`` sets up once for a run, and the parts of each epoch around its training steps:
+    growth, the diet's examples, the budget's settling, validation with its probes. Each part's
+    seconds go to
     ``state.time_parts`` (``pipeline/budget/timing.py``)."""
 
     def __init__(
@@ -212,11 +225,10 @@ class _EpochLoop:
         *,
         val_tiers: torch.Tensor | None,
         meter: BudgetMeter | None,
-        progress_bar: bool,
         probes: Sequence[EpochProbe],
     ):
         self.state, self.data, self.cfg, self.plan = state, data, cfg, plan
-        self.val_tiers, self.meter, self.progress_bar = val_tiers, meter, progress_bar
+        self.val_tiers, self.meter = val_tiers, meter
         self.parts = state.time_parts
         self.seconds = meter if meter is not None and meter.budget.unit == "seconds" else None
         self.flops = flops_per_example(state.model, data.input_shape)
@@ -264,36 +276,28 @@ class _EpochLoop:
         state.trace.events.extend(events)
         return events
 
-    def train(self, epoch: int) -> tuple[torch.Tensor, EpochStats]:
-        """The epoch's examples (the plan's diet) and one pass of training steps over them."""
-        state, cfg, meter = self.state, self.cfg, self.meter
+    def diet(self, epoch: int) -> tuple[torch.Tensor, LossTerms]:
+        """The epoch's examples (the plan's diet) and what their loss is made of."""
+        state = self.state
         with timing.timed(self.parts, "diet"):
             positions = self.plan.positions(epoch, state.model, self.data)
             weights = self.plan.example_weights(epoch)
-        allows = None
-        if meter is not None:  # seconds budgets count the seconds that train
-            flops_spent = meter.budget.unit == "flops"
-            meter.spent = state.cumulative_train_flops if flops_spent else timing.trained_s(self.parts)
-            allows = functools.partial(step_allowed, meter, self.flops["train"], self.device)
-        train_start = time.perf_counter()
-        stats = train_one_epoch(
-            self.forward,
-            state.optimizer,
-            self.data.train,
-            positions,
-            StepRecipe.of(cfg, state.precision, self.scaler),
-            EpochClock(self.lr_at, epoch, state.progress.epochs, state.global_step, state.generator),
-            LossTerms(
-                weights=None if weights is None else weights.to(self.device),
-                example_losses=self.plan.wants_example_losses(epoch),
-                exit_weights=self.plan.weights_for(state.model),
-            ),
-            allows=allows,
-            after_step=None if state.average is None else state.average.update,
-            progress_bar=self.progress_bar,
+        terms = LossTerms(
+            weights=None if weights is None else weights.to(self.device),
+            example_losses=self.plan.wants_example_losses(epoch),
+            exit_weights=self.plan.weights_for(state.model),
         )
-        self.parts["train"] = self.parts.get("train", 0.0) + time.perf_counter() - train_start
-        return positions, stats
+        return positions, terms
+
+    def allows(self) -> Callable[[int, int, Callable[[], float]], bool] | None:
+        """The budget's stop rule for the epoch's steps, with what the run spent before them
+        (FLOPs, or seconds that train); None without a budget."""
+        meter, state = self.meter, self.state
+        if meter is None:
+            return None
+        flops_spent = meter.budget.unit == "flops"
+        meter.spent = state.cumulative_train_flops if flops_spent else timing.trained_s(self.parts)
+        return functools.partial(step_allowed, meter, self.flops["train"], self.device)
 
     def after_training(self, epoch: int, stats: EpochStats, before: dict[str, float]) -> None:
         """The plan sees the examples' losses; a seconds budget settles what the epoch spent

@@ -141,7 +141,7 @@ def train_one_epoch(
     """
     batch_size, augment, generator = recipe.batch_size, recipe.augment, clock.generator
     epoch, epochs, lr_at = clock.epoch, clock.epochs, clock.lr_at
-    mixup, terms = recipe.mixup, terms or LossTerms()
+    mixup, scaler, terms = recipe.mixup, recipe.scaler, terms or LossTerms()
     model.train()
     device = split.x.device
     order = positions[torch.randperm(len(positions), generator=generator)].to(device)
@@ -150,13 +150,8 @@ def train_one_epoch(
     per_example = torch.zeros(len(order), device=device) if terms.example_losses else None
     correct = torch.zeros((), device=device, dtype=torch.long)
     start = time.perf_counter()
-    bar = tqdm(
-        range(n_batches),
-        desc=f"epoch {epoch + 1}/{epochs}",
-        leave=False,
-        disable=not progress_bar,
-        mininterval=1.0,
-    )
+    bar = tqdm(range(n_batches), desc=f"epoch {epoch + 1}/{epochs}", leave=False, disable=not progress_bar,
+               mininterval=1.0)  # fmt: skip
     lr = lr_at(epoch / epochs)
     trained = n_batches
     for b in bar:
@@ -164,12 +159,7 @@ def train_one_epoch(
         if allows is not None and not allows(b * batch_size, len(idx), lambda: time.perf_counter() - start):
             trained = b
             break
-        x = augment_batch(split.x[idx], augment, generator)
-        y = split.y[idx]
-        y_partner, lam = None, 1.0
-        if mixup > 0:
-            x, partner, lam = mixup_batch(x, mixup, generator)
-            y_partner = y[partner]
+        x, y, y_partner, lam = _batch(split, idx, augment, mixup, generator)
         lr = lr_at((epoch + b / n_batches) / epochs)
         for group in optimizer.param_groups:  # growth's new layers may train at a multiple
             group["lr"] = lr * group.get("lr_scale", 1.0)
@@ -181,7 +171,17 @@ def train_one_epoch(
         batch_loss = loss.detach() * len(idx) if each is None else each.sum()
         if per_example is not None:
             per_example[b * batch_size : b * batch_size + len(idx)] = each
-        _step(optimizer, loss, recipe.scaler, recipe.clip_grad)
+        # The step: backward, clip, update; fp16 through its scaler
+        optimizer.zero_grad(set_to_none=True)
+        (loss if scaler is None else scaler.scale(loss)).backward()
+        if scaler is not None and recipe.clip_grad > 0:
+            scaler.unscale_(optimizer)  # clip the true gradient, not the scaled one
+        _clip(optimizer, recipe.clip_grad)
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)
+            scaler.update()
         if after_step is not None:
             after_step()
         losses[b] = batch_loss
@@ -226,25 +226,17 @@ def _loss(
     return logits, loss, each.detach()
 
 
-def _step(
-    optimizer: torch.optim.Optimizer,
-    loss: torch.Tensor,
-    scaler: torch.amp.GradScaler | None,
-    clip_grad: float,
-) -> None:
-    """Backward and one optimizer step, through fp16's ``scaler`` when there is one."""
-    optimizer.zero_grad(set_to_none=True)
-    if scaler is None:
-        loss.backward()
-        _clip(optimizer, clip_grad)
-        optimizer.step()
-    else:
-        scaler.scale(loss).backward()
-        if clip_grad > 0:
-            scaler.unscale_(optimizer)  # clip the true gradient, not the scaled one
-        _clip(optimizer, clip_grad)
-        scaler.step(optimizer)
-        scaler.update()
+def _batch(
+    split: Split, idx: torch.Tensor, augment: str, mixup: float, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, float]:
+    """A training batch: its augmented inputs and labels; with mixup, blended with itself in
+    another order, the partner labels and the share ``lam`` of the first."""
+    x = augment_batch(split.x[idx], augment, generator)
+    y = split.y[idx]
+    if mixup <= 0:
+        return x, y, None, 1.0
+    x, partner, lam = mixup_batch(x, mixup, generator)
+    return x, y, y[partner], lam
 
 
 def _clip(optimizer: torch.optim.Optimizer, max_norm: float) -> None:

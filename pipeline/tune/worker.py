@@ -138,7 +138,7 @@ class Worker:
         self.data = data
         self.start = resolve_spec(self.space_cfg.start_spec, data.input_shape, data.num_classes)
         self.device = pick_device(self.train_cfg.device)
-        # On the device once for every trial (train_and_log moves it per run).
+        # On the device once for every trial (run_training moves it per run).
         self.on_device = data.to(self.device)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.code_version = code_version()
