@@ -34,7 +34,7 @@ import torch
 from models.builder import SpecNet
 from models.flops import flops_per_example
 from models.io import load_model
-from pipeline import exits, report
+from pipeline import exit_calibration, exits, report
 from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.codec import flat_params, from_params
 from pipeline.data.config import DataConfig
@@ -187,15 +187,15 @@ def adaptive_test_metrics(
     autocast would shift."""
     model.exit_thresholds = thresholds
     measure = model.exit_confidence
-    logits = exits.all_exit_logits(model, test.x, batch_size)  # (K+1, N, classes)
+    logits = exit_calibration.all_exit_logits(model, test.x, batch_size)  # (K+1, N, classes)
     y = test.y.cpu()
-    flops = exits.exit_flops(model)
-    predictions, taken = exits.simulate(logits, thresholds, measure)
+    flops = exit_calibration.exit_flops(model)
+    predictions, taken = exit_calibration.simulate(logits, thresholds, measure)
     with torch.no_grad():
         _, adaptive_taken = model.adaptive(test.x[:batch_size])  # the real path
     if not torch.equal(adaptive_taken.cpu(), taken[:batch_size]):
         raise RuntimeError("adaptive inference and its simulation disagree on where examples leave")
-    metrics = exits.exit_summary(predictions, taken, y, flops, model.spec, "test/")
+    metrics = exit_calibration.exit_summary(predictions, taken, y, flops, model.spec, "test/")
     metrics["test/flops_full"] = float(flops_per_example(model, model.spec.input_shape)["forward"])
     metrics["test/flops_ratio"] = metrics["test/flops_adaptive"] / metrics["test/flops_full"]
     for k, eid in enumerate(model.spec.exit_ids()):
@@ -207,7 +207,7 @@ def adaptive_test_metrics(
             if mask.any():
                 timed[f"_{name}"] = test.x[mask.to(test.x.device)]
                 metrics.update(
-                    exits.exit_summary(
+                    exit_calibration.exit_summary(
                         predictions[mask], taken[mask], y[mask], flops, model.spec, "test/", f"_{name}"
                     )
                 )
@@ -228,7 +228,7 @@ def adaptive_test_metrics(
         "confidence": measure,
         "acc_adaptive": metrics["test/acc_adaptive"],
         "flops_adaptive": metrics["test/flops_adaptive"],
-        "curve": exits.curve(logits, y, flops, measure),
+        "curve": exit_calibration.curve(logits, y, flops, measure),
     }
     return metrics, curve
 

@@ -18,7 +18,7 @@ from models.growth import carry_stage_head, grow, stage_exits
 from models.io import CONFIDENCE_KEY, ModelFileError, check_thresholds, load_model, save_model
 from models.schedule import final_spec, named_schedule
 from models.spec import ArchSpec, SpecError, named_layers, validate
-from pipeline import exits
+from pipeline import exit_calibration, exits
 from pipeline.exits import ExitConfig, ExitError, with_exits
 from pipeline.training.loop import EpochClock, LossTerms, StepRecipe, train_one_epoch
 
@@ -190,8 +190,8 @@ def test_a_mixed_batch_gives_each_example_what_it_gets_alone(measure, seed, n, t
         torch.testing.assert_close(logits[i : i + 1], alone, rtol=1e-5, atol=1e-5)
         assert int(taken[i]) == int(where)
     # the simulation that calibrates and draws curves takes the same decisions
-    all_logits = exits.all_exit_logits(model, x)
-    predictions, simulated = exits.simulate(all_logits, thresholds, measure)
+    all_logits = exit_calibration.all_exit_logits(model, x)
+    predictions, simulated = exit_calibration.simulate(all_logits, thresholds, measure)
     assert torch.equal(simulated, taken) and torch.equal(predictions, logits.argmax(1))
 
 
@@ -239,10 +239,10 @@ def test_calibration_takes_the_lowest_threshold_within_the_allowed_loss():
     exit0[: n // 2, 0] = 6.0  # confident and right (max softmax ~0.995)
     exit0[n // 2 :, 1] = 1.0  # unsure and wrong (max softmax ~0.58)
     logits = torch.stack([exit0, head])
-    (t,) = exits.calibrate(logits, y, acc_loss_points=0.2, rule="point")
-    predictions, taken = exits.simulate(logits, [t])
+    (t,) = exit_calibration.calibrate(logits, y, acc_loss_points=0.2, rule="point")
+    predictions, taken = exit_calibration.simulate(logits, [t])
     assert bool((predictions == y).all()) and (taken == 0).sum() == n // 2
-    (loose,) = exits.calibrate(logits, y, acc_loss_points=60, rule="point")
+    (loose,) = exit_calibration.calibrate(logits, y, acc_loss_points=60, rule="point")
     assert loose < t
 
 
@@ -352,12 +352,12 @@ def test_the_fine_grid_finds_a_threshold_between_the_old_coarse_steps():
     exit0 = torch.cat([_sure(0.95, 0, 100), _sure(0.75, 0, 100), _sure(0.725, 1, 100)])
     head = _sure(0.99, 0, 300)
     logits = torch.stack([exit0, head])
-    (t,) = exits.calibrate(logits, y, acc_loss_points=0.2, rule="point")
+    (t,) = exit_calibration.calibrate(logits, y, acc_loss_points=0.2, rule="point")
     assert t == pytest.approx(0.73)
-    _, taken = exits.simulate(logits, [t])
+    _, taken = exit_calibration.simulate(logits, [t])
     assert int((taken == 0).sum()) == 200
     coarse = np.array([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
-    assert exits.calibrate(logits, y, 0.2, candidates=coarse, rule="point") == (0.8,)
+    assert exit_calibration.calibrate(logits, y, 0.2, candidates=coarse, rule="point") == (0.8,)
 
 
 def test_per_exit_calibration_lowers_a_later_exit_below_the_shared_threshold_and_keeps_the_rule():
@@ -370,15 +370,15 @@ def test_per_exit_calibration_lowers_a_later_exit_below_the_shared_threshold_and
     exit1 = torch.cat([_sure(0.95, 0, n), _sure(0.55, 0, n), _sure(0.5, 2, n)])
     head = _sure(0.99, 0, 3 * n)
     logits = torch.stack([exit0, exit1, head])
-    shared = exits.calibrate(logits, y, 0.2, per_exit=False, rule="point")
-    t0, t1 = exits.calibrate(logits, y, 0.2, rule="point")
+    shared = exit_calibration.calibrate(logits, y, 0.2, per_exit=False, rule="point")
+    t0, t1 = exit_calibration.calibrate(logits, y, 0.2, rule="point")
     assert shared[0] == shared[1] == pytest.approx(0.8) and t0 == pytest.approx(0.8)
     assert t1 < 0.55 and t1 >= 0.5
-    predictions, taken = exits.simulate(logits, [t0, t1])
+    predictions, taken = exit_calibration.simulate(logits, [t0, t1])
     assert bool((predictions == y).all())
     flops = [1, 2, 10]
     cost = float(torch.tensor(flops, dtype=torch.float)[taken].mean())
-    _, shared_taken = exits.simulate(logits, list(shared))
+    _, shared_taken = exit_calibration.simulate(logits, list(shared))
     assert cost < float(torch.tensor(flops, dtype=torch.float)[shared_taken].mean())
 
 
@@ -409,9 +409,9 @@ def _tiers_of(seed: int, n: int) -> torch.Tensor:
 def test_calibration_always_keeps_its_rule_on_the_split_it_saw(rule, measure, seed, k_exits, loss):
     logits, y = _growing_exits(seed, k_exits)
     tiers = _tiers_of(seed, len(y))
-    thresholds = exits.calibrate(logits, y, loss, measure, rule=rule, tiers=tiers)
+    thresholds = exit_calibration.calibrate(logits, y, loss, measure, rule=rule, tiers=tiers)
     assert len(thresholds) == k_exits and all(0 <= t <= 1 for t in thresholds)
-    predictions, _ = exits.simulate(logits, thresholds, measure)
+    predictions, _ = exit_calibration.simulate(logits, thresholds, measure)
     right_head, right = logits[-1].argmax(1) == y, predictions == y
     # the rule holds at the thresholds (on every tier, for a per-tier rule), or none was found
     # and nothing leaves early (the head)
@@ -425,9 +425,9 @@ def test_calibration_always_keeps_its_rule_on_the_split_it_saw(rule, measure, se
         assert float(right.double().mean()) >= float(right_head.double().mean()) - loss / 100 - 1e-9
     # per exit never costs more FLOPs than the shared threshold (deeper exits cost more)
     flops = torch.arange(1, k_exits + 2, dtype=torch.float)
-    shared = exits.calibrate(logits, y, loss, measure, per_exit=False, rule=rule, tiers=tiers)
-    _, taken = exits.simulate(logits, thresholds, measure)
-    _, shared_taken = exits.simulate(logits, shared, measure)
+    shared = exit_calibration.calibrate(logits, y, loss, measure, per_exit=False, rule=rule, tiers=tiers)
+    _, taken = exit_calibration.simulate(logits, thresholds, measure)
+    _, shared_taken = exit_calibration.simulate(logits, shared, measure)
     assert float(flops[taken].mean()) <= float(flops[shared_taken].mean()) + 1e-9
 
 
@@ -470,11 +470,11 @@ def test_the_bound_rule_keeps_wrong_leavers_in_that_the_point_rule_lets_out():
     y = torch.zeros(1000, dtype=torch.long)
     exit0 = torch.cat([_sure(0.999, 0, 898), _sure(0.955, 1, 2), _sure(0.505, 1, 100)])
     logits = torch.stack([exit0, _sure(0.99, 0, 1000)])
-    assert exits.calibrate(logits, y, 0.2, rule="point") == pytest.approx((0.51,))
-    assert exits.calibrate(logits, y, 0.2, rule="bound") == pytest.approx((0.96,))
+    assert exit_calibration.calibrate(logits, y, 0.2, rule="point") == pytest.approx((0.51,))
+    assert exit_calibration.calibrate(logits, y, 0.2, rule="bound") == pytest.approx((0.96,))
     assert exits.upper_bound_loss(2, 0, 1000) == pytest.approx(0.48374, abs=1e-4)
     # at budget 0 the bound never passes (it is z / (n + 2) even with no loss): never exit
-    assert exits.calibrate(logits, y, 0.0, rule="bound") == (1.0,)
+    assert exit_calibration.calibrate(logits, y, 0.0, rule="bound") == (1.0,)
     assert ExitConfig().exit_calibration == exits.DEFAULT_CALIBRATION == "tiers"
     assert exits.FALLBACK_CALIBRATION == "bound"
 
@@ -491,11 +491,11 @@ def test_the_bound_rule_never_picks_a_lower_threshold_than_the_point_rule(measur
     bound stops no later. Holds for the shared threshold, and so for one exit with the per-exit
     search (with several, coordinate descent may trade one exit against another)."""
     logits, y = _growing_exits(seed, k_exits)
-    bound = exits.calibrate(logits, y, loss, measure, per_exit=False, rule="bound")
-    point = exits.calibrate(logits, y, loss, measure, per_exit=False, rule="point")
+    bound = exit_calibration.calibrate(logits, y, loss, measure, per_exit=False, rule="bound")
+    point = exit_calibration.calibrate(logits, y, loss, measure, per_exit=False, rule="point")
     assert all(tb >= tp for tb, tp in zip(bound, point))
     one_exit = logits[[0, -1]]
-    assert exits.calibrate(one_exit, y, loss, measure, rule="bound") >= exits.calibrate(
+    assert exit_calibration.calibrate(one_exit, y, loss, measure, rule="bound") >= exit_calibration.calibrate(
         one_exit, y, loss, measure, rule="point"
     )
 
@@ -516,14 +516,14 @@ def test_the_tiers_rule_keeps_in_the_wrong_leavers_the_hard_tier_would_pay_for()
     logits = torch.stack([exit0, _sure(0.99, 0, 3000)])
     assert exits.upper_bound_loss(2, 0, 3000) == pytest.approx(0.16153, abs=1e-4)
     assert exits.upper_bound_loss(2, 0, 1000) == pytest.approx(0.48374, abs=1e-4)
-    assert exits.calibrate(logits, y, 0.2, rule="bound") == (0.0,)
-    assert exits.calibrate(logits, y, 0.2, rule="tiers", tiers=tiers) == pytest.approx((0.96,))
+    assert exit_calibration.calibrate(logits, y, 0.2, rule="bound") == (0.0,)
+    assert exit_calibration.calibrate(logits, y, 0.2, rule="tiers", tiers=tiers) == pytest.approx((0.96,))
     # a tier-aware rule needs tiers; the whole-split ones ignore them
     with pytest.raises(
         ExitError, match="--exit-calibration tiers needs the validation split's difficulty tiers"
     ):
-        exits.calibrate(logits, y, 0.2, rule="tiers")
-    assert exits.calibrate(logits, y, 0.2, rule="bound", tiers=tiers) == (0.0,)
+        exit_calibration.calibrate(logits, y, 0.2, rule="tiers")
+    assert exit_calibration.calibrate(logits, y, 0.2, rule="bound", tiers=tiers) == (0.0,)
 
 
 @pytest.mark.parametrize("measure", list(CONFIDENCES))
@@ -538,13 +538,13 @@ def test_the_tiers_rule_never_picks_a_lower_threshold_than_the_bound_rule(measur
     search stops no later: the shared threshold, and one exit's with the per-exit search."""
     logits, y = _growing_exits(seed, k_exits)
     tiers = _tiers_of(seed, len(y))
-    bound = exits.calibrate(logits, y, loss, measure, per_exit=False, rule="bound")
-    tiered = exits.calibrate(logits, y, loss, measure, per_exit=False, rule="tiers", tiers=tiers)
+    bound = exit_calibration.calibrate(logits, y, loss, measure, per_exit=False, rule="bound")
+    tiered = exit_calibration.calibrate(logits, y, loss, measure, per_exit=False, rule="tiers", tiers=tiers)
     assert all(tt >= tb for tt, tb in zip(tiered, bound))
     one_exit = logits[[0, -1]]
-    assert exits.calibrate(one_exit, y, loss, measure, rule="tiers", tiers=tiers) >= exits.calibrate(
-        one_exit, y, loss, measure, rule="bound"
-    )
+    assert exit_calibration.calibrate(
+        one_exit, y, loss, measure, rule="tiers", tiers=tiers
+    ) >= exit_calibration.calibrate(one_exit, y, loss, measure, rule="bound")
 
 
 @settings(max_examples=40, deadline=None)
@@ -553,11 +553,11 @@ def test_a_hard_deep_floor_keeps_that_share_of_the_hard_tier_past_the_first_exit
     logits, y = _growing_exits(seed, k_exits)
     tiers = _tiers_of(seed, len(y))
     floor = exits.CalibrationRule("floor", exits.point_loss, hard_deep=share)
-    thresholds = exits.calibrate(logits, y, 20.0, rule=floor, tiers=tiers)
-    _, taken = exits.simulate(logits, thresholds)
+    thresholds = exit_calibration.calibrate(logits, y, 20.0, rule=floor, tiers=tiers)
+    _, taken = exit_calibration.simulate(logits, thresholds)
     assert float((taken[tiers == exits.HARD_TIER] > 0).double().mean()) >= share
     # without the floor, the same budget lets at least as many hard examples out at exit 1
-    _, free = exits.simulate(logits, exits.calibrate(logits, y, 20.0, rule="point"))
+    _, free = exit_calibration.simulate(logits, exit_calibration.calibrate(logits, y, 20.0, rule="point"))
     hard = tiers == exits.HARD_TIER
     assert int((free[hard] == 0).sum()) >= int((taken[hard] == 0).sum())
 
@@ -582,8 +582,8 @@ def test_the_tiers_rule_falls_back_to_the_bound_without_tiers_and_says_so(tracki
     err = capsys.readouterr().err
     assert "--exit-calibration tiers needs the validation split's difficulty tiers" in err
     assert "calibrated with bound" in err
-    logits = exits.all_exit_logits(model, small_data.val.x)
-    bound = exits.calibrate(logits, small_data.val.y.cpu(), 0.2, rule="bound")
+    logits = exit_calibration.all_exit_logits(model, small_data.val.x)
+    bound = exit_calibration.calibrate(logits, small_data.val.y.cpu(), 0.2, rule="bound")
     assert model.exit_thresholds == bound
     # with tiers it uses them, logs each tier's bound, and the tag says tiers
     tiers = torch.arange(len(small_data.val.y)) % 3

@@ -13,7 +13,7 @@ import mlflow
 import torch
 
 from models.flops import flops_per_example
-from pipeline import exits
+from pipeline import exit_calibration, exits
 from pipeline.data.tiers import TIER_NAMES
 from pipeline.exits import ExitConfig
 
@@ -27,7 +27,7 @@ def set_exit_thresholds(
     and per tier (with each tier's loss bound). A tier-aware ``--exit-calibration`` on a run
     without difficulty tiers falls back to ``bound`` and says so (tag ``exit_calibration``: the
     rule used)."""
-    logits = exits.all_exit_logits(model, val.x, batch_size)  # (K+1, N, classes)
+    logits = exit_calibration.all_exit_logits(model, val.x, batch_size)  # (K+1, N, classes)
     y = val.y.cpu()
     given = exit_cfg.thresholds_for(model.spec)
     measure = model.exit_confidence = exit_cfg.exit_confidence
@@ -43,11 +43,13 @@ def set_exit_thresholds(
     model.exit_thresholds = (
         given
         if given is not None
-        else exits.calibrate(logits, y, exit_cfg.exit_acc_loss, measure, rule=used, tiers=val_tiers)
+        else exit_calibration.calibrate(
+            logits, y, exit_cfg.exit_acc_loss, measure, rule=used, tiers=val_tiers
+        )
     )
-    flops = exits.exit_flops(model)
-    predictions, taken = exits.simulate(logits, model.exit_thresholds, measure)
-    metrics = exits.exit_summary(predictions, taken, y, flops, model.spec, "val/")
+    flops = exit_calibration.exit_flops(model)
+    predictions, taken = exit_calibration.simulate(logits, model.exit_thresholds, measure)
+    metrics = exit_calibration.exit_summary(predictions, taken, y, flops, model.spec, "val/")
     # the loss at the thresholds, measured and as its upper bound, in points
     right_head, right = logits[-1].argmax(1) == y, predictions == y
     for rule, name in (("point", "val/exit_acc_loss"), ("bound", "val/exit_acc_loss_bound")):
@@ -58,7 +60,7 @@ def set_exit_thresholds(
             mask = val_tiers.cpu() == t
             if mask.any():
                 metrics.update(
-                    exits.exit_summary(
+                    exit_calibration.exit_summary(
                         predictions[mask], taken[mask], y[mask], flops, model.spec, "val/", f"_{name}"
                     )
                 )

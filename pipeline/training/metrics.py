@@ -9,7 +9,7 @@ from torch import nn
 from models.builder import SpecNet
 from pipeline.data.dataset import Data, Split
 from pipeline.data.tiers import TIER_NAMES
-from pipeline.exits import all_exit_logits
+from pipeline.exit_calibration import all_exit_logits
 from pipeline.training.config import TrainConfig
 from pipeline.training.loop import EvalResult, evaluate_split
 
