@@ -18,7 +18,7 @@ from pipeline.data.dataset import Data, Split
 from pipeline.device import seed_everything
 from pipeline.difficulty.cross_fit import FoldPlan, cross_fit
 from pipeline.difficulty.scorers import el2n_score, logits_of, loss_score
-from pipeline.evaluate import compute_test_metrics
+from pipeline.evaluation import compute_test_metrics
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
 from pipeline.training.loop import EpochClock, EvalResult, LossTerms, StepRecipe, train_one_epoch

@@ -129,7 +129,7 @@ def test_growth_joins_in_fp32_and_its_probe_runs_at_the_runs_precision(small_dat
 def test_evaluate_infers_at_the_precision_it_is_given(small_data):
     """evaluate's test pass runs under its --precision: bf16 logits differ from fp32 ones, and
     the accuracies computed from each match a by-hand pass at that precision."""
-    from pipeline.evaluate import compute_test_metrics
+    from pipeline.evaluation import compute_test_metrics
 
     state = fit(
         fresh_state(small_data, BF16), small_data, dataclasses.replace(BF16, epochs=1), TrainingPlan()
