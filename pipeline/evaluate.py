@@ -7,8 +7,8 @@ This is the only step that measures the models on the test split (score_difficul
 only to cut its tiers; training steps and tune never load it). For each training run it rebuilds the model
 from its logged safetensors file and spec (nothing is unpickled), reloads exactly the data the
 run trained on (checked by digest), takes test tiers from the run's score_difficulty run, and
-computes accuracy overall and per tier, per-class accuracy, the confusion matrix and inference
-time per example by tier.
+measures accuracy overall and per tier, per-class accuracy, the confusion matrix and inference
+time per example by tier (``pipeline/evaluation.py``).
 
 Where results go: the test metrics (``test/acc``, ``test/acc_hard``, ...) are logged on the
 training run itself, so that the MLflow UI's compare view shows them in the same row as the

@@ -71,7 +71,7 @@ def upper_bound_loss(b: int, c: int, n: int) -> float:
     approximation for the discordant share anyway.
 
     The search tests candidate thresholds from "never exit" downwards and stops at the first
-    that fails (``calibrate``): a fixed-sequence test (the Learn-then-Test procedure of
+    that fails (``exit_calibration.calibrate``): a fixed-sequence test (the Learn-then-Test procedure of
     Angelopoulos et al. 2021), so every threshold it passes holds at the bound's level together,
     without a correction for the number of candidates. The per-exit phase that follows (several
     exits only) chooses its path from the data, so there the level is approximate."""
@@ -97,7 +97,7 @@ class CalibrationRule:
         return self.per_tier or self.hard_deep > 0
 
 
-# One entry per rule: ``--exit-calibration`` names one, calibrate and the benchmark read them.
+# One entry per rule: ``--exit-calibration`` names one, ``exit_calibration.calibrate`` reads them.
 # ``tiers``: no difficulty tier pays for another (under ``bound`` the hard tier lost 0.42 points
 # on test while the others gained). Every tier's bound must hold: an intersection-union test
 # (Berger 1982), each at 95%, so all together at 95%, no correction.

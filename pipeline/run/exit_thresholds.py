@@ -1,7 +1,8 @@
 """A trained run's early-exit thresholds: given or calibrated on the validation split, and what
-adaptive inference then gets there, logged to the active MLflow run. The rules themselves
-(confidence measures, calibration, simulation) are pure and live in ``pipeline/exits.py``;
-this is the training run's step that applies them.
+adaptive inference then gets there, logged to the active MLflow run. The rules themselves are
+pure: the options and calibration rules in ``pipeline/exits.py``, calibration and simulation on
+cached logits in ``pipeline/exit_calibration.py``; this is the training run's step that applies
+them.
 """
 
 from __future__ import annotations

@@ -227,9 +227,8 @@ def finish_training(
     val_tiers: torch.Tensor | None,
 ) -> str:
     """After the last epoch (``data`` on the CPU, ``on_device`` what trained): the run's health;
-    a model with exits gets its thresholds
-    (``exit_cfg``: given, or calibrated on the validation split); the final artifacts and the
-    logged model, whose id it returns."""
+    a model with exits gets its thresholds (``exit_cfg``: given, or calibrated on the validation
+    split); the final artifacts and the logged model, whose id it returns."""
     verdict = log_health(state, data, cfg)
     if state.model.spec.exits:
         set_exit_thresholds(state.model, on_device.val, exit_cfg, cfg.eval_batch_size, val_tiers)

@@ -169,7 +169,8 @@ def fit(
         epoch_start = time.perf_counter()
         before = dict(parts)
         events = loop.grow(epoch)
-        positions, terms = loop.diet(epoch)
+        positions, weights = loop.diet(epoch)
+        allows = loop.allows()
         train_start = time.perf_counter()
         stats = train_one_epoch(
             loop.forward,
@@ -178,8 +179,8 @@ def fit(
             positions,
             StepRecipe.of(cfg, state.precision, loop.scaler),
             EpochClock(loop.lr_at, epoch, state.progress.epochs, state.global_step, state.generator),
-            terms,
-            allows=loop.allows(),
+            loop.loss_terms(epoch, weights),
+            allows=allows,
             after_step=None if state.average is None else state.average.update,
             progress_bar=progress_bar,
         )
@@ -211,10 +212,9 @@ def fit(
 
 
 class _EpochLoop:
-    """What ``fit`` sets up once for a run, and the parts of each epoch around its training steps:
-    growth, the diet's examples, the budget's settling, validation with its probes. Each part's
-    seconds go to
-    ``state.time_parts`` (``pipeline/budget/timing.py``)."""
+    """What ``fit`` sets up once for a run, and the parts of each epoch around its training
+    steps: growth, the diet's examples, the budget's settling, validation with its probes. Each
+    part's seconds go to ``state.time_parts`` (``pipeline/budget/timing.py``)."""
 
     def __init__(
         self,
@@ -276,18 +276,19 @@ class _EpochLoop:
         state.trace.events.extend(events)
         return events
 
-    def diet(self, epoch: int) -> tuple[torch.Tensor, LossTerms]:
-        """The epoch's examples (the plan's diet) and what their loss is made of."""
-        state = self.state
+    def diet(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The epoch's examples (the plan's diet) and their loss weights (None: all 1)."""
         with timing.timed(self.parts, "diet"):
-            positions = self.plan.positions(epoch, state.model, self.data)
-            weights = self.plan.example_weights(epoch)
-        terms = LossTerms(
+            positions = self.plan.positions(epoch, self.state.model, self.data)
+            return positions, self.plan.example_weights(epoch)
+
+    def loss_terms(self, epoch: int, weights: torch.Tensor | None) -> LossTerms:
+        """What the epoch's loss is made of beyond the head's cross-entropy."""
+        return LossTerms(
             weights=None if weights is None else weights.to(self.device),
             example_losses=self.plan.wants_example_losses(epoch),
-            exit_weights=self.plan.weights_for(state.model),
+            exit_weights=self.plan.weights_for(self.state.model),
         )
-        return positions, terms
 
     def allows(self) -> Callable[[int, int, Callable[[], float]], bool] | None:
         """The budget's stop rule for the epoch's steps, with what the run spent before them

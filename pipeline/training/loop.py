@@ -150,8 +150,7 @@ def train_one_epoch(
     per_example = torch.zeros(len(order), device=device) if terms.example_losses else None
     correct = torch.zeros((), device=device, dtype=torch.long)
     start = time.perf_counter()
-    bar = tqdm(range(n_batches), desc=f"epoch {epoch + 1}/{epochs}", leave=False, disable=not progress_bar,
-               mininterval=1.0)  # fmt: skip
+    bar = _progress(n_batches, epoch, epochs, progress_bar)
     lr = lr_at(epoch / epochs)
     trained = n_batches
     for b in bar:
@@ -224,6 +223,13 @@ def _loss(
     each = _mixed(loss_of, y, y_partner, lam)  # (B,)
     loss = (each * weights).mean() if weights is not None else each.mean()
     return logits, loss, each.detach()
+
+
+def _progress(n_batches: int, epoch: int, epochs: int, shown: bool) -> tqdm:
+    """The epoch's batches, behind a progress bar where one is ``shown``."""
+    return tqdm(
+        range(n_batches), desc=f"epoch {epoch + 1}/{epochs}", leave=False, disable=not shown, mininterval=1.0
+    )
 
 
 def _batch(
