@@ -175,6 +175,21 @@ def test_the_report_figure_and_text_are_written(tmp_path):
     assert "dynamic@flops:0.5 vs static@flops:0.5 | 3 | +3.00 (+3.00 to +3.00) | 3 of 3 | 0.000" in text
 
 
+def test_every_arm_is_options_the_steps_take():
+    from pipeline.curriculum.config import DynamicCurriculumConfig
+    from pipeline.curriculum.ordering import ORDERS
+    from pipeline.growth.config import GrowthConfig
+    from pipeline.training.config import TrainConfig
+
+    for name, arm in grid.ARMS.items():
+        assert arm.kind in ("static", "dynamic"), name
+        TrainConfig(**arm.train).validate()
+        GrowthConfig(**arm.growth).validate()
+        diet = DynamicCurriculumConfig(**arm.curriculum)  # fields it has
+        assert diet.order in ORDERS, name
+    assert grid.ARMS["dynamic-anti"].curriculum == {"order": "anti"}
+
+
 def test_every_named_recipe_is_options_the_steps_take():
     import dataclasses
 

@@ -51,6 +51,12 @@ ARMS: dict[str, Arm] = {
             curriculum={"order": "random"},
         ),
         Arm(
+            "dynamic-anti",
+            "dynamic",
+            "the curriculum reversed: the same pacing and pruning, the hardest examples first",
+            curriculum={"order": "anti"},
+        ),
+        Arm(
             "dynamic-growth-only",
             "dynamic",
             "growth alone: every example every epoch, no pruning",
