@@ -56,7 +56,7 @@ def plan_epochs(
         epochs = epochs_for(budget, planned_cost, one_step)
         if budget.unit == "seconds":  # the clock, not the plan, ends it (meter.py)
             epochs = min(MAX_EPOCHS, epochs + SECONDS_MARGIN_EPOCHS)
-    built(epochs)
+    built(epochs)  # the plan the run trains, built before any longer one (as it always was)
     if budget.unit != "seconds":
         return epochs, None
     # Re-planning looks plans up rather than building them while the seconds run: building

@@ -102,9 +102,10 @@ class GrowthPlan:
     def epochs(self) -> set[int]:
         return {event.epoch for event in self.events}
 
-    def due_by(self, epoch: int, events: list[GrowthEvent] | None = None) -> int:
-        """How many of ``events`` (these by default) a plan has due by ``epoch``."""
-        return sum(e.epoch <= epoch for e in (self.events if events is None else events))
+    def agrees(self, epoch: int, events: list[GrowthEvent]) -> bool:
+        """Whether a plan of ``events`` had as many growths due by ``epoch`` as this one."""
+        due = lambda evs: sum(e.epoch <= epoch for e in evs)
+        return due(events) == due(self.events)
 
     def adopt(self, train_cfg: TrainConfig, events: list[GrowthEvent]) -> None:
         """Go on with the same events placed at other epochs (a re-planned run's)."""

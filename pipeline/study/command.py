@@ -277,8 +277,8 @@ def run(
     configs = (data_cfg, train_cfg, grid_cfg, study_cfg)
     train_cfg.validate()
     study_cfg.validate()
-    grid = cells(*grid_cfg.parsed())
-    seeds = grid_cfg.parsed()[2]
+    arms, budgets, seeds = grid_cfg.parsed()
+    grid = cells(arms, budgets, seeds)
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # each cell prints its own line
     url = study_cfg.storage.strip() or default_storage(mlflow.get_tracking_uri())
     if study_cfg.worker:

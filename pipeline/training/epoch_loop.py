@@ -171,20 +171,19 @@ def fit(
         events = loop.grow(epoch)
         positions, weights = loop.diet(epoch)
         allows = loop.allows()
-        train_start = time.perf_counter()
-        stats = train_one_epoch(
-            loop.forward,
-            state.optimizer,
-            data.train,
-            positions,
-            StepRecipe.of(cfg, state.precision, loop.scaler),
-            EpochClock(loop.lr_at, epoch, state.progress.epochs, state.global_step, state.generator),
-            loop.loss_terms(epoch, weights),
-            allows=allows,
-            after_step=None if state.average is None else state.average.update,
-            progress_bar=progress_bar,
-        )
-        parts["train"] = parts.get("train", 0.0) + time.perf_counter() - train_start
+        with timing.timed(parts, "train"):
+            stats = train_one_epoch(
+                loop.forward,
+                state.optimizer,
+                data.train,
+                positions,
+                StepRecipe.of(cfg, state.precision, loop.scaler),
+                EpochClock(loop.lr_at, epoch, state.progress.epochs, state.global_step, state.generator),
+                loop.loss_terms(epoch, weights),
+                allows=allows,
+                after_step=None if state.average is None else state.average.update,
+                progress_bar=progress_bar,
+            )
         if stats.examples == 0:  # the budget could not pay for a single step of this epoch
             state.stop_reason = "budget"
             break
