@@ -164,9 +164,12 @@ def test_a_seconds_run_whose_timing_planned_too_few_epochs_re_plans_and_spends_i
     tracking, monkeypatch
 ):
     timed = length.seconds_per_example
-    # A timing twice too slow plans about half the epochs that fit: without re-planning, the
-    # run's rate would anneal at the planned end and about half its seconds go unspent.
-    monkeypatch.setattr(length, "seconds_per_example", lambda *args: 2 * timed(*args))
+    # A timing five times too slow plans about a fifth of the epochs that fit: without
+    # re-planning, the run's rate would anneal at the planned end and most of its seconds go
+    # unspent. (Twice too slow was not enough: a 4 s run's timing varies by half from one
+    # run to the next here, and once on a loaded machine the doubled timing planned more
+    # epochs than the run then had time for.)
+    monkeypatch.setattr(length, "seconds_per_example", lambda *args: 5 * timed(*args))
     given = 4.0
     outcome = train_dynamic.run(
         DataConfig(subset=600),
