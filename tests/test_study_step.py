@@ -91,6 +91,68 @@ def test_each_arm_is_set_against_static_at_its_budget_where_static_trains_there(
     ]
 
 
+def test_an_arm_that_names_its_budgets_trains_and_is_compared_at_those_only():
+    arms = grid.parse_arms("static,dynamic,dynamic-random@epochs")
+    asked = (Budget("epochs"), Budget("seconds"), Budget("flops", 0.25))
+    keys = [c.key for c in grid.cells(arms, asked, (4,))]
+    assert [k for k in keys if k.startswith("dynamic-random")] == ["dynamic-random@epochs#4"]
+    assert {"dynamic@epochs#4", "dynamic@seconds#4", "dynamic@flops:0.25#4", "static@flops:0.25#4"} <= set(
+        keys
+    )
+    names = [c.name for c in grid.comparisons(arms, asked)]
+    assert [n for n in names if n.startswith("dynamic-random")] == ["dynamic-random@epochs vs static@epochs"]
+    # the reference always trains; limited, static trains no share of its FLOPs, so a growing arm
+    # at a share is set against the reference run
+    limited = grid.parse_arms("static@flops:0.5,dynamic@flops:0.25+epochs")
+    keys = [c.key for c in grid.cells(limited, asked, (4,))]
+    assert keys == ["static@epochs#4", "static@flops:0.5#4", "dynamic@flops:0.25#4", "dynamic@epochs#4"]
+    assert [c.name for c in grid.comparisons(limited, asked)] == [
+        "dynamic@flops:0.25 vs static@epochs",
+        "dynamic@epochs vs static@epochs",
+    ]
+    for bad, why in (("static,dynamic@hours", "--budgets"), ("static,dynamic,dynamic", "named twice")):
+        with pytest.raises(ConfigError, match=why):
+            grid.parse_arms(bad)
+
+
+def test_a_static_arm_other_than_the_reference_trains_at_every_budget_asked_and_is_compared():
+    arms = grid.parse_arms("static,static-curriculum")
+    asked = (Budget("epochs"), Budget("flops", 1.0), Budget("seconds"))
+    keys = [c.key for c in grid.cells(arms, asked, (2,))]
+    assert keys == [
+        "static@epochs#2",
+        "static-curriculum@epochs#2",
+        "static-curriculum@flops:1#2",
+        "static-curriculum@seconds#2",
+    ]
+    assert [c.name for c in grid.comparisons(arms, asked)] == [
+        "static-curriculum@epochs vs static@epochs",
+        "static-curriculum@flops:1 vs static@epochs",
+        "static-curriculum@seconds vs static@epochs",
+    ]
+
+
+def test_the_curriculum_alone_takes_the_growing_arms_diet_where_the_schedule_grows():
+    from models.schedule import parse_schedule
+    from pipeline.curriculum.config import DynamicCurriculumConfig
+    from pipeline.curriculum.diet import diet_of_growth
+    from pipeline.study.cell import StudyRuns, static_diet
+    from pipeline.training.config import TrainConfig
+
+    runs = StudyRuns(
+        "s", "screen", "", "", None, TrainConfig(epochs=12), "minimal", "default", "base", None, "", 1.0
+    )
+    diet = static_diet(runs, grid.ARMS["static-curriculum"])
+    assert diet == {
+        "pacing": "tiers",
+        "prune": DynamicCurriculumConfig().prune,
+        **diet_of_growth(parse_schedule("default", 12)),
+    }
+    assert diet["tier_boundaries"] and diet["prune_from"] > 1  # tied to where growth falls
+    assert static_diet(runs, grid.ARMS["static-hold-back"]) == {"hold_back": grid.NOISE_HOLD_BACK}
+    assert static_diet(runs, grid.ARMS["static"]) == {}
+
+
 def test_holm_matches_its_definition():
     # sorted 0.005, 0.01, 0.03, 0.04 -> 4 * 0.005, 3 * 0.01, 2 * 0.03, max(that, 1 * 0.04)
     adjusted = stats.holm([0.01, 0.04, 0.03, 0.005, math.nan])
@@ -176,7 +238,7 @@ def test_the_report_figure_and_text_are_written(tmp_path):
 
 
 def test_every_arm_is_options_the_steps_take():
-    from pipeline.curriculum.config import DynamicCurriculumConfig
+    from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
     from pipeline.curriculum.ordering import ORDERS
     from pipeline.growth.config import GrowthConfig
     from pipeline.training.config import TrainConfig
@@ -185,8 +247,10 @@ def test_every_arm_is_options_the_steps_take():
         assert arm.kind in ("static", "dynamic"), name
         TrainConfig(**arm.train).validate()
         GrowthConfig(**arm.growth).validate()
-        diet = DynamicCurriculumConfig(**arm.curriculum)  # fields it has
+        diets = {"static": CurriculumConfig, "dynamic": DynamicCurriculumConfig}
+        diet = diets[arm.kind](**arm.curriculum)  # fields it has
         assert diet.order in ORDERS, name
+        assert not arm.diet_of_growth or arm.kind == "static", name
     assert grid.ARMS["dynamic-anti"].curriculum == {"order": "anti"}
 
 

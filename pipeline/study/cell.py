@@ -9,13 +9,15 @@ from dataclasses import dataclass
 import mlflow
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
+from models.schedule import parse_schedule
 from models.spec import NAMED_SPECS, ArchSpec, named_layers
 from pipeline import train_dynamic, train_static
 from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
+from pipeline.curriculum.diet import diet_of_growth
 from pipeline.data.config import DataConfig
 from pipeline.growth.config import GrowthConfig
 from pipeline.run.session import RunConfig
-from pipeline.study.grid import ARMS, Cell, budget_option
+from pipeline.study.grid import ARMS, Arm, Cell, budget_option
 from pipeline.study.recipes import recipe
 from pipeline.tracking.runs import RUN_TAGS
 from pipeline.training.config import TrainConfig
@@ -59,6 +61,15 @@ def static_description(runs: StudyRuns) -> str:
     return f"the network schedule {runs.schedule!r} grows {runs.start_spec!r} into"
 
 
+def static_diet(runs: StudyRuns, arm: Arm) -> dict:
+    """A static arm's curriculum options: its own, and where it takes the growing arm's diet,
+    the tier boundaries and pruning start the study's schedule gives a growing run at --epochs."""
+    if not arm.diet_of_growth:
+        return dict(arm.curriculum)
+    events = parse_schedule(runs.schedule, runs.train_cfg.epochs)
+    return {**arm.curriculum, **diet_of_growth(events)}
+
+
 def cell_tags(runs: StudyRuns, cell: Cell, trial_number: int) -> dict[str, str]:
     return {
         MLFLOW_PARENT_RUN_ID: runs.parent_run_id,
@@ -91,7 +102,7 @@ def train_cell(runs: StudyRuns, cell: Cell, trial_number: int, reference_run_id:
                 runs.data_cfg,
                 train,
                 train_static.StaticConfig(spec=static_spec_option(runs.final)),
-                CurriculumConfig(scores_run=runs.scores_run or "auto"),
+                CurriculumConfig(scores_run=runs.scores_run or "auto", **static_diet(runs, arm)),
                 run_cfg,
             )
         else:

@@ -16,7 +16,11 @@ ENTRY_POINT = "study"
 
 @dataclass(frozen=True)
 class GridConfig:
-    arms: str = opt("static,dynamic", f"arms, comma-separated: {', '.join(ARMS)} (static is the reference)")
+    arms: str = opt(
+        "static,dynamic",
+        f"arms, comma-separated: {', '.join(ARMS)} (static is the reference); an arm trains at "
+        "every one of --budgets unless it names its own: dynamic-random@epochs, dynamic@epochs+seconds",
+    )
     budgets: str = opt(
         "epochs,flops:0.5,flops:1,seconds",
         "budgets the arms train at, comma-separated: epochs (--epochs each), flops:F (F times the "
