@@ -1,12 +1,16 @@
-"""main: the whole study in one command: score, train static and dynamic variants, evaluate.
+"""main: the whole study in one command: score the data, run the preset's study (static, the
+growing network and their controls, at equal epochs and equal cost), evaluate.
 
     mlflow run . --env-manager local                  # the quick preset (about 14 min on 2 cores)
     mlflow run . --env-manager local -P preset=full   # the full study
 
 Each step is its own MLflow run started through ``mlflow run`` (so ``--env-manager`` reaches
-it), and steps talk only through parameters and run ids. A step whose entry point, parameters
-(compared as values, so 12, 12.0 and "12" agree), code version, upstream run ids and dataset
-digest all match a FINISHED run is not run again: that run is reused, and main says so.
+it), and steps talk only through parameters and run ids: score_difficulty, then a ``study`` step
+per growth schedule and label-noise level (its cells, the training runs, its children), then
+evaluate over every cell. A step whose entry point, parameters (compared as values, so 12, 12.0
+and "12" agree), code version, upstream run ids and dataset digest all match a FINISHED run is
+not run again: that run is reused, and main says so. A study stopped midway keeps its finished
+cells: main run again trains only the missing ones.
 """
 
 from __future__ import annotations
@@ -15,25 +19,31 @@ import dataclasses
 from dataclasses import dataclass
 
 import click
+import mlflow
 
-from models.schedule import GrowthError, named_schedule
+from models.errors import UserError
 from pipeline.cli import ConfigError, build_config, config_options, help_text, opt
 from pipeline.codec import flat_params
 from pipeline.data.config import DataConfig
+from pipeline.data.dataset import Data
 from pipeline.data.label_noise import check_noise
 from pipeline.data.splits import load_data
 from pipeline.precision import PRECISIONS
+from pipeline.study.command import final_network
+from pipeline.study.config import GridConfig
+from pipeline.study.grid import Budget, parse_budget
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.runs import tracked_run
 from pipeline.training.config import TrainConfig
 from pipeline.workflow.conclusion import record_outcome
-from pipeline.workflow.presets import PRESETS, Preset, smoke_caveat
+from pipeline.workflow.presets import PRESETS, Preset, smoke_caveat, start_of
 from pipeline.workflow.steps import StepRunner
-from pipeline.workflow.variants import noise_label, train_level
+from pipeline.workflow.studies import noise_label, run_studies
 
 ENTRY_POINT = "main"
 ENV_MANAGERS = ("local", "virtualenv", "uv", "conda")
+EQUAL_FLOPS = Budget("flops", 1.0)
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,7 @@ class MainConfig:
     equal_flops: str = opt(
         "", "true or false: every run again at the static run's training FLOPs; empty: the preset's"
     )
+    workers: int = opt(1, "worker processes of each study, each training one run at a time")
 
 
 CONFIGS = (MainConfig,)
@@ -93,33 +104,33 @@ def resolve_preset(cfg: MainConfig) -> Preset:
         raise UpstreamError(f"--label-noise {cfg.label_noise!r} must be rates separated by commas") from None
     if cfg.equal_flops not in ("", "true", "false"):
         raise UpstreamError(f"--equal-flops {cfg.equal_flops!r}: use true, false or leave it empty")
+    if cfg.workers < 1:
+        raise UpstreamError(f"--workers must be at least 1, got {cfg.workers}")
+    epochs = cfg.epochs or preset.epochs
+    budgets = [parse_budget(b) for b in preset.budgets.split(",")]
+    if cfg.equal_flops:
+        budgets = [b for b in budgets if b != EQUAL_FLOPS]
+        budgets += [EQUAL_FLOPS] if cfg.equal_flops == "true" else []
+    # A budget below one static epoch would leave the grown network too few epochs to grow in.
+    too_small = [b for b in budgets if b.kind == "flops" and b.fraction * epochs < 1]
+    if too_small:
+        click.echo(
+            f"main: no runs at {', '.join(b.label for b in too_small)} of static's training FLOPs: "
+            f"at {epochs} epochs that is less than one epoch of static training",
+            err=True,
+        )
     preset = dataclasses.replace(
         preset,
-        equal_flops=preset.equal_flops if not cfg.equal_flops else cfg.equal_flops == "true",
+        budgets=",".join(b.label for b in budgets if b not in too_small),
         seeds=seeds,
-        epochs=cfg.epochs or preset.epochs,
+        epochs=epochs,
         subset=preset.subset if cfg.subset == -1 else cfg.subset,
         label_noise=rates or preset.label_noise,
         noise_kind=cfg.noise_kind or preset.noise_kind,
     )
     for rate in preset.label_noise:  # every level's noise is refused before any step runs
         check_noise(noise_config(cfg, preset, rate))
-    for schedule in preset.schedules:  # and every growing step's schedule, before scoring runs
-        try:
-            named_schedule(schedule, preset.epochs)
-        except GrowthError as err:
-            raise UpstreamError(f"--epochs {preset.epochs}: {err}") from None
-    # A budget below one static epoch would leave the grown network too few epochs to grow in.
-    too_small = [f for f in preset.budget_fractions if f * preset.epochs < 1]
-    if too_small:
-        click.echo(
-            f"main: no runs at {', '.join(f'{f:g}' for f in too_small)} of static's training FLOPs: "
-            f"at {preset.epochs} epochs that is less than one epoch of static training",
-            err=True,
-        )
-    return dataclasses.replace(
-        preset, budget_fractions=tuple(f for f in preset.budget_fractions if f not in too_small)
-    )
+    return preset
 
 
 RECIPE = ("augment", "label_smoothing", "mixup", "weight_decay", "ema_decay")
@@ -149,11 +160,21 @@ def noise_config(cfg: MainConfig, preset: Preset, rate: float) -> DataConfig:
     )
 
 
+def check_schedules(preset: Preset, data: Data) -> None:
+    """Every schedule grows its start network at the preset's length, before scoring runs."""
+    for schedule in preset.schedules:
+        try:
+            final_network(GridConfig(start_spec=start_of(schedule), schedule=schedule), preset.epochs, data)
+        except UserError as err:
+            raise UpstreamError(f"--epochs {preset.epochs}: schedule {schedule!r}: {err}") from None
+
+
 def run(cfg: MainConfig) -> str:
     preset = resolve_preset(cfg)
     options = training_options(cfg)
     # Every level's data is validated before anything runs; its digest keys the steps' reuse.
     levels = {rate: load_data(noise_config(cfg, preset, rate)) for rate in preset.label_noise}
+    check_schedules(preset, next(iter(levels.values())))
     with tracked_run(
         ENTRY_POINT,
         flat_params(
@@ -164,12 +185,16 @@ def run(cfg: MainConfig) -> str:
                 "resolved_subset": preset.subset,
                 "resolved_label_noise": list(preset.label_noise),
                 "resolved_noise_kind": preset.noise_kind,
+                "resolved_budgets": preset.budgets,
             },
         ),
         run_name=f"main-{cfg.preset}",
         experiment_name=cfg.experiment_name,
     ) as active:
         step = StepRunner(cfg.env_manager, active.info.experiment_id, active.info.run_id, "")
+        # The studies' cells go where main and its steps are.
+        experiment = mlflow.get_experiment(active.info.experiment_id).name
+        study_options = {**options, "workers": cfg.workers, "experiment_name": experiment}
         scores, training = {}, []
         for rate, data in levels.items():
             step.data_digest = data.digest
@@ -182,7 +207,7 @@ def run(cfg: MainConfig) -> str:
                 precision=cfg.precision,
                 run_name=f"score-difficulty-{cfg.preset}{noise_label(rate, preset.noise_kind)}",
             )
-            training += train_level(step, options, preset, data, data_params, scores[rate])
+            training += run_studies(step, cfg.preset, preset, data_params, scores[rate], study_options)
         evaluation = step("evaluate", runs=",".join(training), run_name=f"evaluate-{cfg.preset}")
         model_name = cfg.registered_model or f"growing-cnn-{data.name}"
         record_outcome(step, training, scores, evaluation, model_name, smoke_caveat(preset))

@@ -136,10 +136,10 @@ def test_a_budget_of_an_unfinished_run_is_refused(tracking):
 def test_main_runs_the_quarter_budget_only_where_it_buys_static_a_whole_epoch(capsys):
     from pipeline.main import MainConfig, resolve_preset
 
-    assert resolve_preset(MainConfig()).budget_fractions == (0.25,)  # quick: 12 epochs
-    assert resolve_preset(MainConfig(epochs=4)).budget_fractions == (0.25,)
-    assert resolve_preset(MainConfig(epochs=3)).budget_fractions == ()
-    assert "no runs at 0.25 of static's training FLOPs: at 3 epochs" in capsys.readouterr().err
+    assert resolve_preset(MainConfig()).budgets == "epochs,seconds,flops:0.25"  # quick: 12 epochs
+    assert resolve_preset(MainConfig(epochs=4)).budgets == "epochs,seconds,flops:0.25"
+    assert resolve_preset(MainConfig(epochs=3)).budgets == "epochs,seconds"
+    assert "no runs at flops:0.25 of static's training FLOPs: at 3 epochs" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -21,7 +21,6 @@ from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import TrainingPlan, fit
 from pipeline.training.probes import standard_probes
 from pipeline.training.state import new_state
-from pipeline.workflow.presets import NOISE_HOLD_BACK, Diet
 
 NOISY = DataConfig(subset=2000, label_noise=0.4)
 
@@ -172,16 +171,24 @@ def test_runs_with_other_noise_fall_into_other_settings():
 
 
 def test_the_noise_preset_and_main_overrides():
+    from pipeline.study import grid
+
     preset = resolve_preset(MainConfig(preset="noise"))
     assert preset.label_noise == (0.0, 0.2, 0.4) and preset.noise_kind == "symmetric"
-    assert preset.equal_flops and len(preset.seeds) >= 3
+    assert "flops:1" in preset.budgets.split(",") and len(preset.seeds) >= 3
     # Each curriculum holds back the hardest third, its random-order control a random third;
     # static runs whole (the matched baseline) and with the same hardest third held back.
-    assert {(d.pacing, d.order) for d in preset.curricula} == {("linear", "curriculum"), ("linear", "random")}
-    assert all(d.hold_back == NOISE_HOLD_BACK for d in preset.curricula)
-    held = Diet("none", "curriculum", NOISE_HOLD_BACK)
-    assert preset.static_curricula == (Diet("none", "curriculum"), held)
-    assert not resolve_preset(MainConfig(preset="noise", equal_flops="false")).equal_flops
+    arms = {a.name: a for a in grid.parse_arms(preset.arms)}
+    growing = [a for a in arms.values() if a.kind == "dynamic"]
+    assert {(a.curriculum["pacing"], a.curriculum.get("order", "curriculum")) for a in growing} == {
+        ("linear", "curriculum"),
+        ("linear", "random"),
+    }
+    assert all(a.curriculum["hold_back"] == grid.NOISE_HOLD_BACK for a in growing)
+    assert arms["static"].curriculum == {}
+    assert arms["static-hold-back"].curriculum == {"hold_back": grid.NOISE_HOLD_BACK}
+    assert "flops:1" not in resolve_preset(MainConfig(preset="noise", equal_flops="false")).budgets
+    assert resolve_preset(MainConfig(equal_flops="true")).budgets == "epochs,seconds,flops:0.25,flops:1"
     quick = resolve_preset(MainConfig(label_noise="0.3", noise_kind="asymmetric"))
     assert quick.label_noise == (0.3,) and quick.noise_kind == "asymmetric"
     with pytest.raises(DataError, match="--label-noise 1 must be"):

@@ -94,11 +94,17 @@ def test_main_noise_preset_runs_through_mlflow(tracking):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (main_run,) = mlflow.search_runs([experiment_id], "tags.entry_point = 'main'", output_format="list")
-    # score; static, static holding back the hardest third, the dynamic curriculum and its
-    # random-order control, at equal epochs and at static's FLOPs; evaluate
-    assert main_run.data.metrics["steps/total"] == 1 + 8 + 1
+    # score; the preset's study; evaluate. The study's cells: static (at static's FLOPs it is
+    # that run), and static holding back the hardest third, the dynamic curriculum and its
+    # random-order control, each at equal epochs and at static's FLOPs
+    assert main_run.data.metrics["steps/total"] == 1 + 1 + 1
     training = mlflow.search_runs(
-        [experiment_id], "tags.entry_point != 'main' and tags.entry_point != 'evaluate'", output_format="list"
-    )
+        [experiment_id], "tags.entry_point LIKE 'train_%'", output_format="list"
+    )  # fmt: skip
+    assert sorted(r.data.tags["study_cell"] for r in training) == sorted(
+        ["static@epochs#0"]
+        + [f"{arm}@{b}#0" for arm in ("static-hold-back", "dynamic-hold-back", "dynamic-hold-back-random")
+           for b in ("epochs", "flops:1")]
+    )  # fmt: skip
     assert {r.data.params.get("label_noise") for r in training} == {"0.4"}
     assert "vs its random-order control" in result.stdout

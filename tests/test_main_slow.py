@@ -20,10 +20,10 @@ pytestmark = pytest.mark.slow
 # bought too few to prune at all and was another variant, without +prune0.3).
 SMALL = ("subset=300", "epochs=10", "seeds=0")
 RECIPE = ("augment=flip+erase", "label_smoothing=0.1")  # a recipe every training step shares
-# quick preset, one seed: score_difficulty, the static control, the dynamic variant, its
-# random-order control, the dynamic variant given the static run's seconds, the static control and
-# the dynamic variant both given a quarter of the static run's FLOPs, evaluate
-STEPS = 8
+# quick preset, one seed: score_difficulty, the preset's study, evaluate; the study's cells: static,
+# the growing network, its random-order control, the growing network given the static run's
+# seconds, static and the growing network both given a quarter of the static run's FLOPs
+STEPS, CELLS = 3, 6
 
 
 def _main(tracking: str, experiment_id: str) -> subprocess.CompletedProcess:
@@ -52,11 +52,28 @@ def test_main_runs_the_study_and_a_second_run_reuses_every_step(tracking, tmp_pa
     assert main_run.info.status == "FINISHED"
     assert main_run.data.metrics["steps/total"] == STEPS
     assert main_run.data.metrics["steps/reused"] == 0
+    # The preset is a study: one study step under main, every training run one of its cells.
+    (study,) = _runs(experiment_id, "study")
+    assert study.info.status == "FINISHED" and study.info.run_name == "study-main-quick-default"
+    assert study.data.tags["mlflow.parentRunId"] == main_run.info.run_id
+    assert study.data.tags["study_phase"] == "screen"  # main's seeds are tuning seeds
+    assert study.data.params["arms"] == "static,dynamic,dynamic-random@epochs"
+    report_files = {a.path for a in mlflow.MlflowClient().list_artifacts(study.info.run_id, "study")}
+    assert {"study/report.md", "study/cells.csv", "study/frontier.png"} <= report_files
     training = _runs(experiment_id, "train_static") + _runs(experiment_id, "train_dynamic")
-    assert len(training) == STEPS - 2
+    assert len(training) == CELLS
+    assert sorted(run.data.tags["study_cell"] for run in training) == [
+        "dynamic-random@epochs#0",
+        "dynamic@epochs#0",
+        "dynamic@flops:0.25#0",
+        "dynamic@seconds#0",
+        "static@epochs#0",
+        "static@flops:0.25#0",
+    ]
     for run in training:  # evaluate logged the test results on each training run
         assert run.info.status == "FINISHED"
-        assert run.data.tags["mlflow.parentRunId"] == main_run.info.run_id
+        assert run.data.tags["mlflow.parentRunId"] == study.info.run_id
+        assert run.data.tags["study_name"] == study.data.tags["study_name"]
         assert 0.1 < run.data.metrics["test/acc"] <= 1
         assert {"test/acc_easy", "test/acc_medium", "test/acc_hard"} <= set(run.data.metrics)
     # The matched baseline trains exactly what the dynamic runs grew into (their logged models).
@@ -94,26 +111,15 @@ def test_main_runs_the_study_and_a_second_run_reuses_every_step(tracking, tmp_pa
     names = {
         r.data.tags["entry_point"]: r.info.run_name for r in everything if r.data.tags["entry_point"] in steps
     }
-    assert len({run.info.run_name for run in everything}) == len(everything) == STEPS + 1
-    assert sorted(run.info.run_name for run in training) == [
-        "dynamic-default+tiers-budget0.25x-s0",
-        "dynamic-default+tiers-random-s0",
-        "dynamic-default+tiers-s0",
-        "dynamic-default+tiers-sametime-s0",
-        "static-budget0.25x-s0",
-        "static-s0",
-    ]
-    for run in training:  # the pruning that goes with the tiers curriculum is in the variant tag only
-        budget = run.data.params.get("budget", "")
-        length = "-sametime" if budget.startswith("run:") else "-budget0.25x" if budget else ""
-        assert run.info.run_name == f"{run.data.tags['variant'].replace('+prune0.3', '')}{length}-s0"
+    assert len({run.info.run_name for run in everything}) == len(everything) == STEPS + CELLS + 1
+    for run in training:  # the study's name and the cell's
+        assert run.info.run_name == f"{study.data.tags['study_name']}-{run.data.tags['study_cell']}"
     assert names == {
         "main": "main-quick",
         "score_difficulty": "score-difficulty-quick",
         "evaluate": "evaluate-quick",
     }
     # Parameters as plain values: no shell quoting, long ones a digest beside their full text.
-    static = next(run for run in training if run.data.tags["entry_point"] == "train_static")
     assert static.data.params["data_dir"] == "" and static.data.params["seed"] == "0"
     assert (
         static.data.params["spec"].startswith("sha256:") and "params/spec.txt" in static.data.params["spec"]
@@ -141,16 +147,16 @@ def test_main_runs_the_study_and_a_second_run_reuses_every_step(tracking, tmp_pa
 
     second = _main(tracking, experiment_id)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert f"main: {STEPS} of {STEPS} steps reused" in second.stderr
+    assert f"main: {STEPS} of {STEPS} steps reused" in second.stderr, second.stderr[-3000:]
     mains = _runs(experiment_id, "main")
     assert len(mains) == 2
     again = next(run for run in mains if run.info.run_id != main_run.info.run_id)
     assert again.data.metrics["steps/reused"] == STEPS
     assert set(again.data.tags["reused_runs"].split(",")) == {
-        *(run.info.run_id for run in training),
+        study.info.run_id,
         evaluation.info.run_id,
         main_run.data.tags["scores_run_id"],
     }
     # nothing new was trained, scored or evaluated
-    assert len(_runs(experiment_id, "train_static") + _runs(experiment_id, "train_dynamic")) == STEPS - 2
+    assert len(_runs(experiment_id, "train_static") + _runs(experiment_id, "train_dynamic")) == CELLS
     assert len(_runs(experiment_id, "evaluate")) == len(_runs(experiment_id, "score_difficulty")) == 1

@@ -231,7 +231,7 @@ def set_up(study: optuna.Study, configs: tuple, data, active: mlflow.ActiveRun) 
     confirmation, and (for a new study) what its workers need, stored with its trials."""
     data_cfg, _, grid_cfg, study_cfg = configs
     parent = study.user_attrs.get(STUDY_PARENT, active.info.run_id)
-    if STUDY_PARENT not in study.user_attrs:
+    if active.info.run_id != study.user_attrs.get(STUDY_PARENT):  # a new run: its data too
         log_dataset(data, context="study")
     token = RUN_TAGS.set({"mlflow.parentRunId": parent, STUDY_TAG: study_cfg.study_name})
     try:
@@ -291,7 +291,9 @@ def run(
     parent = study.user_attrs.get(STUDY_PARENT)
     with tracked_run(
         ENTRY_POINT,
-        {**flat_params(*configs), "storage": redact(url)},
+        # the storage as given (redacted; '' for the default, so main finds this run again
+        # by its parameters), the one used in the tag below
+        {**flat_params(*configs), "storage": redact(study_cfg.storage) if study_cfg.storage.strip() else ""},
         run_name=study_cfg.run_name or f"study-{study_cfg.study_name}",
         run_id=parent if parent and not os.environ.get("MLFLOW_RUN_ID") else None,
         tags={STUDY_TAG: study_cfg.study_name, PHASE_TAG: study_cfg.phase, "optuna_storage": redact(url)},
