@@ -168,9 +168,10 @@ def test_a_seconds_run_whose_timing_planned_too_few_epochs_re_plans_and_spends_i
     # re-planning, the run's rate would anneal at the planned end and most of its seconds go
     # unspent. (Twice too slow was not enough: a 4 s run's timing varies by half from one
     # run to the next here, and once on a loaded machine the doubled timing planned more
-    # epochs than the run then had time for.)
+    # epochs than the run then had time for.) Six seconds, not four: with two other processes
+    # on the two cores, a 4 s run had time for the two epochs its timing planned and no more.
     monkeypatch.setattr(length, "seconds_per_example", lambda *args: 5 * timed(*args))
-    given = 4.0
+    given = 6.0
     outcome = train_dynamic.run(
         DataConfig(subset=600),
         TrainConfig(epochs=12, seed=4, budget=f"{given}s"),
