@@ -206,7 +206,8 @@ def cost_frontier(lines: list[tuple[str, list[Runs]]], path: Path) -> None:
     axes[1].set_xscale("log")
     axes[0].legend(loc="lower right", fontsize=8)
     fig.suptitle("Test accuracy against training cost, per variant across training lengths")
-    _save(fig, path)
+    fig.savefig(path, dpi=110)  # laid out by constrained_layout: tight_layout would undo it, and warn
+    plt.close(fig)
 
 
 NOISE_CURVES = (

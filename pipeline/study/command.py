@@ -353,8 +353,15 @@ def _join(url: str, configs: tuple) -> None:
 @config_options(*CONFIGS)
 @main_guard
 def main(**values) -> None:
-    table = run(*(build_config(cls, values) for cls in CONFIGS))
+    configs = tuple(build_config(cls, values) for cls in CONFIGS)
+    table = run(*configs)
     if table is not None and len(table):
+        # Said before the table: under main its numbers stand beside evaluate's, on another split.
+        study_cfg = configs[-1]
+        click.echo(
+            f"study {study_cfg.study_name!r} ({study_cfg.phase}): {METRIC[study_cfg.phase]} minus "
+            "static's, in points, paired by seed"
+        )
         columns = [
             "comparison",
             "n",
