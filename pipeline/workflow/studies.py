@@ -10,7 +10,8 @@ import json
 import mlflow
 
 from pipeline.study.cell import CELL_TAG, STUDY_TAG
-from pipeline.study.grid import cells, parse_arms, parse_budget, parse_seeds
+from pipeline.study.config import GridConfig
+from pipeline.study.grid import cells
 from pipeline.tracking.runs import code_version
 from pipeline.workflow.presets import Preset, start_of
 from pipeline.workflow.steps import StepRunner
@@ -67,10 +68,9 @@ def run_studies(
 
 
 def grid_cells(preset: Preset) -> list[str]:
-    """The keys of the preset's cells (those main evaluates)."""
-    arms = parse_arms(preset.arms)
-    budgets = tuple(parse_budget(b) for b in preset.budgets.split(","))
-    return [c.key for c in cells(arms, budgets, parse_seeds(",".join(map(str, preset.seeds))))]
+    """The keys of the preset's cells (those main evaluates), parsed as the study parses them."""
+    seeds = ",".join(str(s) for s in preset.seeds)
+    return [c.key for c in cells(*GridConfig(arms=preset.arms, budgets=preset.budgets, seeds=seeds).parsed())]
 
 
 def cell_runs(study: str, keys: list[str]) -> list[str]:
