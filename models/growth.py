@@ -5,7 +5,10 @@ stage's head as an exit, measure the jump, and say when a plateau should bring g
 so optimizer state stays attached). With ``init="preserve"`` the new layer starts as an identity
 where it can (Net2Net, Chen et al. 2016; AutoGrow, Wen et al. 2020), so the grown network
 computes the same function in eval mode and the loss does not jump; with ``init="random"`` (the
-runs' default, ``DEFAULT_GROWTH_INIT``) it starts as a fresh layer would.
+runs' default, ``DEFAULT_GROWTH_INIT``) it starts as a fresh layer would. A widening keeps
+every trained weight in the wider layers (``embed``); what is new (the added channels, and the
+weights that read them) starts at random, except that with ``preserve`` the old channels read
+the new ones with zeros, so the function is kept.
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ def _assemble(
 def grow(
     model: SpecNet, event: GrowthEvent, init: str = "preserve", noise: float = 0.0
 ) -> tuple[SpecNet, dict]:
-    """Insert the event's layer; returns the grown model and a JSON-serialisable report.
+    """Insert the event's layer (or widen it, for a ``widen`` event: see ``_widen``); returns
+    the grown model and a JSON-serialisable report.
 
     Every layer whose signature (type, fields, input shape) is unchanged keeps its module object,
     so its parameters, and the optimizer state attached to them, carry over. New and changed
@@ -93,6 +97,8 @@ def grow(
         module = make_layer(lay, in_shape) if lay is not None else make_head(in_shape, spec.num_classes)
         return module.to(device=reference.device, dtype=reference.dtype)
 
+    if event.widens:
+        return _widen(model, event, spec, index, init)
     new_module = fresh(layer, new_in[index])
     if init == "preserve":
         nonneg_in = index > 0 and output_nonnegative(spec)[index - 1]
@@ -123,21 +129,13 @@ def grow(
         else:
             reinitialised.append(lid)
             preserved = False
-    # An exit whose input keeps its shape keeps its modules; one whose map changed starts afresh.
-    exit_modules = {}
-    old_exit_in = dict(zip(old_spec.exit_ids(), exit_shapes(old_spec)))
-    for entry, in_shapes in zip(spec.exits, exit_shapes(spec)):
-        if old_exit_in[entry["id"]][0] == in_shapes[0]:
-            exit_modules[entry["id"]] = model.exits[entry["id"]]
-        else:
-            fresh_exit = make_exit(entry, in_shapes, spec.num_classes)
-            exit_modules[entry["id"]] = fresh_exit.to(device=reference.device, dtype=reference.dtype)
-            reinitialised.append(f"exits.{entry['id']}")
+    exit_modules = _exits_for(model, spec, reference, reinitialised)
     grown = _assemble(spec, modules, exit_modules)
     grown.train(model.training)
     info = {
         "event": event.to_dict(),
         "epoch": event.epoch,
+        "kind": "insert",
         "layer_id": layer["id"],
         "layer": dict(layer),
         "index": index,
@@ -150,6 +148,87 @@ def grow(
         "widened": widened,
     }
     return grown, info
+
+
+def _exits_for(
+    model: SpecNet, spec: ArchSpec, reference: torch.Tensor, reinitialised: list[str]
+) -> dict[str, nn.Module]:
+    """The grown network's exits: one whose input keeps its shape keeps its modules; one whose
+    map changed starts afresh (and is listed in ``reinitialised``)."""
+    exit_modules = {}
+    old_exit_in = dict(zip(model.spec.exit_ids(), exit_shapes(model.spec)))
+    for entry, in_shapes in zip(spec.exits, exit_shapes(spec)):
+        if old_exit_in[entry["id"]][0] == in_shapes[0]:
+            exit_modules[entry["id"]] = model.exits[entry["id"]]
+        else:
+            fresh_exit = make_exit(entry, in_shapes, spec.num_classes)
+            exit_modules[entry["id"]] = fresh_exit.to(device=reference.device, dtype=reference.dtype)
+            reinitialised.append(f"exits.{entry['id']}")
+    return exit_modules
+
+
+def _widen(model: SpecNet, event: GrowthEvent, spec: ArchSpec, index: int, init: str) -> tuple[SpecNet, dict]:
+    """``grow`` for a widening: the widened layer and every layer whose input or output widened
+    with it get wider modules holding the old weights (``embed``); the others are kept."""
+    old_in = dict(zip([*model.spec.layer_ids(), HEAD_ID], infer_shapes(model.spec)))
+    reference = next(model.parameters())
+    modules, widened, reinitialised = {}, [], []
+    preserved = init == "preserve"
+    for lay, in_shape in zip([*spec.layers, None], infer_shapes(spec)):
+        lid = lay["id"] if lay is not None else HEAD_ID
+        old_layer = next((old for old in model.spec.layers if old["id"] == lid), None)
+        if layer_signature(old_layer, old_in[lid]) == layer_signature(lay, in_shape):
+            modules[lid] = model.layers[lid]
+            continue
+        module = make_layer(lay, in_shape) if lay is not None else make_head(in_shape, spec.num_classes)
+        modules[lid] = module.to(device=reference.device, dtype=reference.dtype)
+        if embed(model.layers[lid], modules[lid], zero_new_inputs=preserved):
+            widened.append(lid)
+        else:  # a block that gains a projection where it had none: nothing to keep its function
+            reinitialised.append(lid)
+            preserved = False
+    exit_modules = _exits_for(model, spec, reference, reinitialised)
+    grown = _assemble(spec, modules, exit_modules)
+    grown.train(model.training)
+    layer = spec.layers[index]
+    return grown, {
+        "event": event.to_dict(),
+        "epoch": event.epoch,
+        "kind": "widen",
+        "layer_id": layer["id"],
+        "layer": dict(layer),
+        "index": index,
+        "init": init,
+        "noise": 0.0,
+        "preserved": preserved,
+        "params_before": count_parameters(model),
+        "params_after": count_parameters(grown),
+        "reinitialised": reinitialised,
+        "widened": widened,
+    }
+
+
+@torch.no_grad()
+def embed(old: nn.Module, new: nn.Module, zero_new_inputs: bool) -> bool:
+    """Copy every parameter and buffer of ``old`` into the leading slice of ``new``'s, which is
+    as large or larger along each axis (channels and features gained at the end); the rest of
+    ``new`` keeps its fresh init. ``zero_new_inputs``: the old outputs read the gained inputs
+    with zero weights (``weight[:out_old, in_old:] = 0``), so in eval mode the old channels
+    compute what they did. False, and ``new`` untouched, where the two do not nest (a tensor
+    only one of them has, or one that shrank)."""
+    old_state, new_state = old.state_dict(), new.state_dict()
+    nests = old_state.keys() == new_state.keys() and all(
+        o.dim() == n.dim() and all(a <= b for a, b in zip(o.shape, n.shape))
+        for o, n in ((old_state[k], new_state[k]) for k in old_state)
+    )
+    if not nests:
+        return False
+    for name, target in new_state.items():  # state_dict tensors share the modules' storage
+        source = old_state[name]
+        if zero_new_inputs and source.dim() > 1:
+            target[: source.shape[0], source.shape[1] :] = 0
+        target[tuple(slice(0, size) for size in source.shape)] = source
+    return True
 
 
 def _weight_tensors(module: nn.Module) -> dict[str, torch.Tensor]:

@@ -1,16 +1,21 @@
-"""The growth schedule: events that each insert a layer before an epoch, their forms, the named
-schedules, and the specs a schedule passes through (checked against the run's epochs);
-models/growth.py grows a model by one event.
+"""The growth schedule: events that each insert a layer, or widen one, before an epoch, their
+forms, the named schedules, and the specs a schedule passes through (checked against the run's
+epochs); models/growth.py grows a model by one event.
 
 A growing model starts from a spec (usually the ``minimal`` one) and, before chosen epochs,
-gains one layer per event. Epochs count from 0, as in the training loop: an event at epoch
-``e`` is applied before epoch ``e`` runs, i.e. after ``e`` epochs of training, so ``e`` must lie
-in ``1 .. epochs - 1``. Several events may share an epoch; they apply in schedule order.
+gains one layer per event, or widens one: a ``widen`` event names an existing layer by its id
+and the width it grows to (``5:s2b1=widen(32)``, JSON ``{"epoch": 5, "type": "widen", "id":
+"s2b1", "width": 32}``); the layers after it that keep their input's width (a residual block)
+widen with it, and the first that sets its own width reads the wider input.
+
+Epochs count from 0, as in the training loop: an event at epoch ``e`` is applied before epoch
+``e`` runs, i.e. after ``e`` epochs of training, so ``e`` must lie in ``1 .. epochs - 1``.
+Several events may share an epoch; they apply in schedule order.
 
 A schedule is data. ``parse_schedule`` accepts three forms:
 
 * a registered name (``NAMED_SCHEDULES``: default, early, late, deep, wide-fc, default-bn,
-  resnet, none), a function of the number of epochs;
+  resnet, resnet-widen, none), a function of the number of epochs;
 * a JSON list of flat objects, the layer as in a spec plus ``epoch`` and optional ``position``
   and ``id``: ``[{"epoch": 3, "type": "conv", "out_channels": 64, "position": "after:pool1"}]``;
 * a compact string, events separated by ``;``::
@@ -36,144 +41,20 @@ import json
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from models import resnet
-from models.errors import UserError
-from models.layers import GROWABLE_TYPES, LAYER_TYPES, LAYERS
-from models.spec import HEAD_ID, ArchSpec, SpecError, infer_shapes, normalise_layer
-
-
-class GrowthError(UserError):
-    """A schedule or growth event that cannot work; one line naming the event and the reason."""
-
-
-@dataclass(frozen=True)
-class GrowthEvent:
-    """Insert ``layer`` (a spec layer without its id: type and fields) before epoch ``epoch``."""
-
-    epoch: int
-    layer: dict
-    position: str | None = None  # after:<id>, before:<id> or head; None: the type's default place
-    id: str | None = None  # None: generated from the type (conv2, res1, ...)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.epoch, int) or isinstance(self.epoch, bool):
-            raise GrowthError(f"growth epoch must be an integer, got {self.epoch!r}")
-        if not isinstance(self.layer, dict) or not isinstance(self.layer.get("type"), str):
-            raise GrowthError(f"growth event at epoch {self.epoch}: layer {self.layer!r} needs a 'type'")
-        layer = dict(self.layer)  # a private copy: the event must not change under its owner
-        if "id" in layer:  # the id may ride in the layer, as in a spec; it is kept apart here
-            layer_id = layer.pop("id")
-            if self.id is not None and self.id != layer_id:
-                raise GrowthError(
-                    f"growth event at epoch {self.epoch}: two ids, {layer_id!r} and {self.id!r}"
-                )
-            object.__setattr__(self, "id", layer_id)
-        object.__setattr__(self, "layer", layer)
-        for name in ("position", "id"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, str):
-                raise GrowthError(
-                    f"growth event at epoch {self.epoch}: {name} must be a string, got {value!r}"
-                )
-
-    def __hash__(self) -> int:  # the layer dict is unhashable; the JSON form is canonical
-        return hash(json.dumps(self.to_dict(), sort_keys=True))
-
-    @property
-    def type(self) -> str:
-        return self.layer["type"]
-
-    def to_dict(self) -> dict:
-        out: dict[str, Any] = {"epoch": self.epoch, **self.layer}
-        if self.id is not None:
-            out["id"] = self.id
-        if self.position is not None:
-            out["position"] = self.position
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict) -> GrowthEvent:
-        if not isinstance(data, dict) or "epoch" not in data or "type" not in data:
-            raise GrowthError(f"growth event {data!r} must be an object with 'epoch' and 'type'")
-        layer = {k: v for k, v in data.items() if k not in ("epoch", "position")}
-        return cls(data["epoch"], layer, data.get("position"))
-
-    def to_compact(self) -> str:
-        args = ",".join(f"{k}={v}" for k, v in self.layer.items() if k != "type")
-        return (
-            f"{self.epoch}:"
-            + (f"{self.id}=" if self.id else "")
-            + self.type
-            + (f"({args})" if args else "")
-            + (f"@{self.position}" if self.position else "")
-        )
-
-
-# --- parsing -----------------------------------------------------------------------------
-
-_EVENT_PATTERN = re.compile(
-    r"(?P<epoch>[+-]?\d+)\s*:\s*(?:(?P<id>[A-Za-z]\w*)\s*=\s*)?(?P<type>[A-Za-z]\w*)\s*"
-    r"(?:\((?P<args>[^()]*)\))?\s*(?:@\s*(?P<position>\S+))?"
+from models.growth_event import (
+    WIDEN,
+    WIDTH_FIELDS,
+    GrowthError,
+    GrowthEvent,
+    check_event,
+    check_widening,
+    parse_compact_event,
 )
-
-
-def _value(text: str) -> int | float | str:
-    if re.fullmatch(r"[+-]?\d+", text):
-        return int(text)
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
-def _parse_compact_event(text: str) -> GrowthEvent:
-    match = _EVENT_PATTERN.fullmatch(text.strip())
-    if match is None:
-        raise GrowthError(
-            f"growth event {text.strip()!r} does not read EPOCH:[ID=]TYPE[(ARGS)][@POSITION], "
-            "e.g. 3:conv(64)@after:pool1"
-        )
-    kind = match["type"]
-    if kind not in LAYERS:
-        raise GrowthError(
-            f"growth event {text.strip()!r}: unknown layer type {kind!r} (known: {', '.join(LAYER_TYPES)})"
-        )
-    names = list(LAYERS[kind].fields)
-    layer: dict[str, Any] = {"type": kind}
-    args = [a.strip() for a in (match["args"] or "").split(",") if a.strip()]
-    for i, arg in enumerate(args):
-        key, eq, value = arg.partition("=")
-        if eq:
-            key = key.strip()
-        elif any("=" in a for a in args[:i]):
-            raise GrowthError(f"growth event {text.strip()!r}: positional value {arg!r} after a key=value")
-        elif i >= len(names):
-            raise GrowthError(
-                f"growth event {text.strip()!r}: {kind} takes at most {len(names)} positional "
-                f"value(s) ({', '.join(names) or 'none'})"
-            )
-        else:
-            key, value = names[i], arg
-        if key in layer:
-            raise GrowthError(f"growth event {text.strip()!r}: {key} is given twice")
-        layer[key] = _value(value.strip())
-    return GrowthEvent(int(match["epoch"]), layer, match["position"], match["id"])
-
-
-def _check_layer(event: GrowthEvent) -> None:
-    if event.type in LAYERS and not LAYERS[event.type].growable:
-        raise GrowthError(
-            f"growth event {event.to_compact()}: a {event.type} layer is a network's head, there from "
-            f"its start; growth inserts one of {', '.join(GROWABLE_TYPES)}"
-        )
-    try:
-        normalise_layer({"id": event.id or "new", **event.layer})
-    except SpecError as err:
-        raise GrowthError(f"growth event {event.to_compact()}: {err}") from None
+from models.layers import LAYER_TYPES, LAYERS
+from models.spec import HEAD_ID, ArchSpec, SpecError, infer_shapes, normalise_layer
 
 
 def parse_schedule(text: str, epochs: int | None = None) -> list[GrowthEvent]:
@@ -200,9 +81,9 @@ def parse_schedule(text: str, epochs: int | None = None) -> list[GrowthEvent]:
             "list or a compact string such as 3:conv(64)@after:pool1;5:residual)"
         )
     else:
-        events = [_parse_compact_event(part) for part in text.split(";") if part.strip()]
+        events = [parse_compact_event(part) for part in text.split(";") if part.strip()]
         for event in events:
-            _check_layer(event)
+            check_event(event)
         return events
     try:
         data = json.loads(raw)
@@ -214,7 +95,7 @@ def parse_schedule(text: str, epochs: int | None = None) -> list[GrowthEvent]:
         raise GrowthError(f"{source} must be a list of growth events")
     events = [GrowthEvent.from_dict(item) for item in data]
     for event in events:
-        _check_layer(event)
+        check_event(event)
     return events
 
 
@@ -323,6 +204,18 @@ def _resnet(epochs: int) -> list[GrowthEvent]:
     return _timed(epochs, [(DEFAULT_GROWTH_AT, layer, position) for layer, position in resnet.growth_steps()])
 
 
+def _resnet_widen(epochs: int) -> list[GrowthEvent]:
+    """resnet-narrow into resnet: every stage widened to its final width, all a quarter of the
+    way in, as the resnet schedule inserts its blocks."""
+    return _timed(
+        epochs,
+        [
+            (DEFAULT_GROWTH_AT, {"type": WIDEN, "id": layer, "width": width}, None)
+            for layer, width in resnet.widening_steps()
+        ],
+    )
+
+
 NAMED_SCHEDULES: dict[str, Callable[[int], list[GrowthEvent]]] = {
     "default": _default,
     "early": _early,
@@ -331,6 +224,7 @@ NAMED_SCHEDULES: dict[str, Callable[[int], list[GrowthEvent]]] = {
     "wide-fc": _wide_fc,
     "default-bn": _default_bn,
     "resnet": _resnet,
+    "resnet-widen": _resnet_widen,
     "none": lambda epochs: [],
 }
 
@@ -375,7 +269,10 @@ def _index(spec: ArchSpec, layer: dict, event: GrowthEvent) -> int:
 
 
 def insert_event(spec: ArchSpec, event: GrowthEvent) -> tuple[ArchSpec, int]:
-    """The spec with the event's layer inserted, and the layer's index; raises GrowthError."""
+    """The spec the event grows (the layer inserted, or widened), and that layer's index;
+    raises GrowthError."""
+    if event.widens:
+        return _widen_layer(spec, event)
     if event.type not in LAYERS:
         raise _fail(event, f"unknown layer type {event.type!r} (known: {', '.join(LAYER_TYPES)})")
     layer_id = event.id or _new_id(spec, event.type)
@@ -388,17 +285,40 @@ def insert_event(spec: ArchSpec, event: GrowthEvent) -> tuple[ArchSpec, int]:
     index = _index(spec, layer, event)
     layers = list(spec.layers)
     layers.insert(index, layer)
+    return _checked(spec, layers, event), index
+
+
+def _widen_layer(spec: ArchSpec, event: GrowthEvent) -> tuple[ArchSpec, int]:
+    check_widening(event)
+    ids = spec.layer_ids()
+    if event.id not in ids:
+        raise _fail(event, f"it widens {event.id!r}, which is no layer (layers: {', '.join(ids)})")
+    index = ids.index(event.id)
+    layer = spec.layers[index]
+    field = next((f for f in WIDTH_FIELDS if f in LAYERS[layer["type"]].fields), None)
+    if field is None:
+        raise _fail(event, f"a {layer['type']} layer has no width to widen ({' or '.join(WIDTH_FIELDS)})")
+    width = infer_shapes(spec)[index + 1][0]  # what the layer puts out now
+    if event.layer["width"] <= width:
+        raise _fail(event, f"{event.id!r} is {width} wide already; a {WIDEN} event only widens")
+    layers = list(spec.layers)
+    layers[index] = {**layer, field: event.layer["width"]}
+    return _checked(spec, layers, event), index
+
+
+def _checked(spec: ArchSpec, layers: list[dict], event: GrowthEvent) -> ArchSpec:
     name = spec.name if spec.name.endswith("+grown") else f"{spec.name}+grown"
     grown = spec.with_layers(layers, name)
     try:
         infer_shapes(grown)
     except SpecError as err:
         raise _fail(event, str(err)) from None
-    return grown, index
+    return grown
 
 
 def apply_event(spec: ArchSpec, event: GrowthEvent) -> ArchSpec:
-    """The spec with the event's layer inserted; raises GrowthError if it cannot be built."""
+    """The spec with the event's layer inserted or widened; raises GrowthError if it cannot be
+    built."""
     return insert_event(spec, event)[0]
 
 

@@ -357,9 +357,11 @@ NAMED_SPECS = {
     "tiny": _tiny,
     "minimal-bn": lambda: _batchnormed(_minimal()),
     "default-bn": lambda: _batchnormed(_default_final()),
-    # the residual family for 3x32x32 data (models/resnet.py): the baseline and its start
+    # the residual family for 3x32x32 data (models/resnet.py): the baseline and its two starts,
+    # shallow (grown by inserting blocks) and narrow (grown by widening stages)
     "resnet": lambda: resnet.resnet_layers(resnet.FINAL_BLOCKS),
     "resnet-start": lambda: resnet.resnet_layers(resnet.START_BLOCKS),
+    "resnet-narrow": lambda: resnet.resnet_layers(resnet.FINAL_BLOCKS, resnet.NARROW_WIDTHS),
 }
 
 

@@ -355,7 +355,10 @@ def test_default_schedule_grows_a_model_into_the_default_static_model():
 
 
 # The start network of a named schedule, and its data's shape, where it is not minimal's.
-SCHEDULE_STARTS = {"resnet": ("resnet-start", ((3, 32, 32), 10))}
+SCHEDULE_STARTS = {
+    "resnet": ("resnet-start", ((3, 32, 32), 10)),
+    "resnet-widen": ("resnet-narrow", ((3, 32, 32), 10)),
+}
 
 
 @pytest.mark.parametrize("name", [n for n in NAMED_SCHEDULES if n != "none"])

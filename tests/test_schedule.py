@@ -34,12 +34,17 @@ def minimal():
 @pytest.mark.parametrize("epochs", [2, 3, 5, 10, 12, 30, 100])
 def test_named_schedules_are_valid_and_default_grows_minimal_into_default(epochs):
     start = resolve_spec("minimal", *FASHION)
-    # resnet grows its own start (tests/test_resnet.py)
-    names = [name for name in NAMED_SCHEDULES if name != "resnet"]
+    # the resnet schedules grow their own starts (tests/test_resnet.py)
+    names = [name for name in NAMED_SCHEDULES if not name.startswith("resnet")]
     grown = {name: validate_schedule(start, parse_schedule(name, epochs), epochs) for name in names}
     resnet_start = resolve_spec("resnet-start", (3, 32, 32), 10)
     resnet_final = validate_schedule(resnet_start, parse_schedule("resnet", epochs), epochs)
     assert resnet_final.layers == resolve_spec("resnet", (3, 32, 32), 10).layers
+    narrow = resolve_spec("resnet-narrow", (3, 32, 32), 10)
+    assert (
+        validate_schedule(narrow, parse_schedule("resnet-widen", epochs), epochs).layers
+        == resnet_final.layers
+    )
     assert grown["default"].layers == resolve_spec("default", *FASHION).layers
     assert grown["early"].layers == grown["default"].layers == grown["late"].layers
     assert len({json.dumps(grown[name].layers) for name in ("default", "deep", "wide-fc")}) == 3

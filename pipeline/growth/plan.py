@@ -1,6 +1,6 @@
 """A growing run's growth plan: its events, applied at the start of the epoch they are due (or
-earlier, on a plateau), each through ``models.growth.grow``, which inserts the new layer and
-initialises it (at random, or as an identity that a training batch calibrates); then the
+earlier, on a plateau), each through ``models.growth.grow``, which inserts the new layer (or
+widens one) and initialises it (at random, or as an identity that a training batch calibrates); then the
 optimizer is rebuilt around the grown network and the jump measured on a fixed probe batch.
 No MLflow inside.
 """
@@ -22,6 +22,13 @@ from pipeline.precision import autocast
 from pipeline.training.config import TrainConfig, rebuild_optimizer
 
 PROBE_SIZE = 512  # validation examples of the fixed probe batch that measures growth jumps
+
+
+def growth_label(info: dict) -> str:
+    """How plots and logs name a growth: ``+residual s1b2``, or ``s2b1 widened to 32``."""
+    if info["kind"] == "widen":
+        return f"{info['layer_id']} widened to {info['event']['width']}"
+    return f"+{info['layer']['type']} {info['layer_id']}"
 
 
 class GrowthPlan:
@@ -66,7 +73,9 @@ class GrowthPlan:
             grown, info = grow(model, event, self.config.growth_init, self.config.growth_noise)
             optimizer = rebuild_optimizer(optimizer, grown, self.cfg)
             x, y = (t.to(next(grown.parameters()).device) for t in self.probe)
-            if info["preserved"]:  # a preserving identity fits its normalisation to training data
+            # a preserving identity fits its normalisation to training data; a widened layer
+            # keeps its trained statistics
+            if info["preserved"] and info["kind"] == "insert":
                 info["calibrated"] = calibrate(grown, info["layer_id"], self.calibration_x.to(x.device))
             with autocast(precision, x.device):  # the jump as training sees it
                 jump = probe_jump(model, grown, x, y)
@@ -77,7 +86,7 @@ class GrowthPlan:
                     "applied_at_epoch": epoch,
                     "scheduled_epoch": event.epoch,
                     "trigger": "schedule" if event.epoch <= epoch else "plateau",
-                    "label": f"+{info['layer']['type']} {info['layer_id']}",
+                    "label": growth_label(info),
                     "flops_before": flops_before,
                     "flops_after": flops_after,
                     **{f"probe_{k}": v for k, v in jump.items()},

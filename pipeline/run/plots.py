@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from models.spec import ArchSpec, infer_shapes
 from pipeline.data.tiers import TIER_NAMES
 
 # Stages of the tiers curriculum (pipeline/curriculum/strategies.py, TierStages.stage), as the timeline
@@ -166,7 +167,10 @@ def architecture_evolution(trace: dict, path: Path, title: str = "") -> Path:
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
     for col, (first_epoch, key) in enumerate(stages):
         layers = [*trace["specs"][key]["layers"], {"id": "head", "type": "head"}]
-        for row, layer in enumerate(layers):
+        # each box names its layer and the width it puts out, so a widened stage shows
+        widths = [shape[0] for shape in infer_shapes(ArchSpec.from_dict(trace["specs"][key]))[1:]]
+        widths.append(trace["specs"][key]["num_classes"])
+        for row, (layer, width) in enumerate(zip(layers, widths)):
             ax_stack.add_patch(
                 plt.Rectangle(
                     (col + 0.05, -row - 0.9),
@@ -177,7 +181,13 @@ def architecture_evolution(trace: dict, path: Path, title: str = "") -> Path:
                 )
             )
             ax_stack.text(
-                col + 0.5, -row - 0.5, layer["id"], ha="center", va="center", fontsize=7, color="white"
+                col + 0.5,
+                -row - 0.5,
+                f"{layer['id']} · {width}",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white",
             )
         ax_stack.text(col + 0.5, 0.3, f"epoch {first_epoch}", ha="center", fontsize=8)
     depth = max(len(trace["specs"][key]["layers"]) + 1 for _, key in stages)

@@ -11,7 +11,7 @@ from models.schedule import NAMED_SCHEDULES
 
 # The start network each named schedule grows (the one it names its positions after); the
 # others grow the default start, ``minimal``.
-SCHEDULE_STARTS = {"default-bn": "minimal-bn", "resnet": "resnet-start"}
+SCHEDULE_STARTS = {"default-bn": "minimal-bn", "resnet": "resnet-start", "resnet-widen": "resnet-narrow"}
 
 
 def start_of(schedule: str) -> str:
