@@ -13,8 +13,9 @@ from models.spec import resolve_spec
 from pipeline.cli import ConfigError
 from pipeline.training.average import WeightAverage
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.epoch_loop import fit
 from pipeline.training.loop import evaluate_split
+from pipeline.training.training_plan import TrainingPlan
 from tests.conftest import fresh_state, growing_plan, interrupted_then_resumed
 
 CFG = TrainConfig(epochs=3, batch_size=100, deterministic=True, seed=5, ema_decay=0.9)

@@ -20,10 +20,11 @@ from pipeline.difficulty.cross_fit import FoldPlan, cross_fit
 from pipeline.difficulty.scorers import el2n_score, logits_of, loss_score
 from pipeline.evaluation import compute_test_metrics
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.epoch_loop import fit
 from pipeline.training.loop import EpochClock, EvalResult, LossTerms, StepRecipe, train_one_epoch
 from pipeline.training.metrics import tier_accuracies
 from pipeline.training.state import new_state
+from pipeline.training.training_plan import TrainingPlan
 
 CPU = torch.device("cpu")
 

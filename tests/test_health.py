@@ -15,8 +15,9 @@ from click.testing import CliRunner
 
 from pipeline import train_static
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.epoch_loop import fit
 from pipeline.training.health import assess, should_stop
+from pipeline.training.training_plan import TrainingPlan
 from tests.conftest import fresh_state
 
 CHANCE = 0.1

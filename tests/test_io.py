@@ -15,8 +15,8 @@ from models.io import ModelFileError, load_model, save_model
 from models.spec import resolve_spec
 from pipeline.training.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import TrainingPlan
 from pipeline.training.state import new_state
+from pipeline.training.training_plan import TrainingPlan
 
 
 def test_save_load_gives_identical_logits(tmp_path):

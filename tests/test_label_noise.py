@@ -18,9 +18,10 @@ from pipeline.report.runs import setting_of
 from pipeline.report.stats import roc_auc
 from pipeline.score_difficulty import Scored, noise_metrics, noise_report
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.epoch_loop import fit
 from pipeline.training.probes import standard_probes
 from pipeline.training.state import new_state
+from pipeline.training.training_plan import TrainingPlan
 
 NOISY = DataConfig(subset=2000, label_noise=0.4)
 

@@ -17,9 +17,10 @@ from pipeline.device import seed_everything
 from pipeline.precision import PrecisionError, autocast, cpu_bf16_fast, cpu_bf16_native, resolve_precision
 from pipeline.training.checkpoints import CheckpointError, load_checkpoint
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.epoch_loop import fit
 from pipeline.training.loop import evaluate_split
 from pipeline.training.state import new_state
+from pipeline.training.training_plan import TrainingPlan
 from tests.conftest import fresh_state, interrupted_then_resumed
 
 CPU = torch.device("cpu")

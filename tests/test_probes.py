@@ -8,8 +8,9 @@ import torch
 from models.spec import resolve_spec
 from pipeline.device import seed_everything
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.epoch_loop import fit
 from pipeline.training.state import new_state
+from pipeline.training.training_plan import TrainingPlan
 
 CFG = TrainConfig(epochs=2, batch_size=64, seed=0, monitor_share=0.1)
 

@@ -13,7 +13,7 @@ from pipeline.cli import ConfigError
 from pipeline.data.augment import mixup_batch
 from pipeline.device import CPU_EVAL_BATCH, eval_batch_size, seed_everything
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import TrainingPlan, fit, learning_rate
+from pipeline.training.epoch_loop import fit, learning_rate
 from pipeline.training.loop import (
     DivergenceError,
     EpochClock,
@@ -25,6 +25,7 @@ from pipeline.training.loop import (
 )
 from pipeline.training.pace import CheckpointPace
 from pipeline.training.state import ArchitectureTrace
+from pipeline.training.training_plan import TrainingPlan
 from tests.conftest import fresh_state, interrupted_then_resumed
 
 CFG = TrainConfig(epochs=3, batch_size=64, deterministic=True, seed=7)

@@ -42,7 +42,7 @@ class PlanProgress(Protocol):
 
 
 class Replannable(Protocol):
-    """The training plan (``pipeline/training/epoch_loop.TrainingPlan``): what a new length moves."""
+    """The training plan (``pipeline/training/training_plan.TrainingPlan``): what a new length moves."""
 
     def replan(self, last_epoch: int, epochs: int, events: list, setup: object) -> bool:
         """Take a plan of ``epochs`` epochs after ``last_epoch`` if it keeps what was done."""

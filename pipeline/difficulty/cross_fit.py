@@ -21,9 +21,10 @@ from pipeline.device import seed_everything
 from pipeline.difficulty.folds import CrossFitLedger, Fold, check_folds, make_folds
 from pipeline.difficulty.scorers import MODEL_SCORERS, logits_of, loss_score
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import TrainingPlan, fit
+from pipeline.training.epoch_loop import fit
 from pipeline.training.probes import standard_probes
 from pipeline.training.state import FitState, new_state
+from pipeline.training.training_plan import TrainingPlan
 
 
 class FoldPlan(TrainingPlan):

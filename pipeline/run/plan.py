@@ -25,7 +25,7 @@ from pipeline.data.dataset import Data
 from pipeline.growth.config import GrowthConfig
 from pipeline.growth.plan import GrowthPlan
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import TrainingPlan
+from pipeline.training.training_plan import TrainingPlan
 
 
 class ExperimentPlan(TrainingPlan):

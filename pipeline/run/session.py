@@ -41,9 +41,9 @@ from pipeline.tracking.resume_lock import resume_lock
 from pipeline.tracking.runs import current_run_name, tracked_run
 from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import TrainingPlan
 from pipeline.training.loop import DivergenceError
 from pipeline.training.state import FitState, new_state
+from pipeline.training.training_plan import TrainingPlan
 
 MODEL_ARTIFACT_DIR = "model"
 MODEL_FILE = "model.safetensors"

@@ -17,8 +17,8 @@ from pipeline.device import place_model
 from pipeline.precision import PrecisionError, resolve_precision
 from pipeline.training.average import WeightAverage
 from pipeline.training.config import TrainConfig, grown_parameters, make_optimizer
-from pipeline.training.epoch_loop import TrainingPlan
 from pipeline.training.state import ArchitectureTrace, FitState, RunProgress
+from pipeline.training.training_plan import TrainingPlan
 
 CHECKPOINT_FORMAT = 1
 
