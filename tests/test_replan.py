@@ -15,7 +15,7 @@ from models.schedule import parse_schedule
 from models.spec import resolve_spec
 from pipeline import train_dynamic
 from pipeline.budget.meter import BudgetMeter
-from pipeline.budget.plan import SecondsPlanner
+from pipeline.budget.plan import PlanAt, SecondsPlanner
 from pipeline.budget.replan import replan_after
 from pipeline.budget.spec import Budget
 from pipeline.curriculum.config import DynamicCurriculumConfig
@@ -55,7 +55,7 @@ def test_the_planner_buys_epochs_at_measured_rates_and_scales_the_timing_of_netw
     start = resolve_spec("tiny", (1, 28, 28), 10)
     timing = {start.to_json(): 1.0}  # seconds per example before training: the grown one 3.0
     planner = SecondsPlanner(
-        built=lambda epochs: (None, _events(epochs), None, None),
+        built=lambda epochs: PlanAt(None, _events(epochs), start, None),
         start=start,
         n_train=10,
         timed=lambda spec: timing.get(spec.to_json(), 3.0),
@@ -83,7 +83,7 @@ def test_after_an_epoch_a_plan_lengthens_on_spare_seconds_shortens_on_settled_on
     start = resolve_spec("tiny", (1, 28, 28), 10)
 
     def after(epoch: int, progress: RunProgress, spent: float = 10.0) -> bool:
-        planner = SecondsPlanner(lambda epochs: (None, [], None, None), start, 10, lambda spec: 1.0)
+        planner = SecondsPlanner(lambda epochs: PlanAt(None, [], start, None), start, 10, lambda spec: 1.0)
         meter = BudgetMeter(Budget("seconds", 100.0, "100s"), spent=spent, planner=planner)
         stats = EpochStats(loss=1.0, acc=0.5, examples=10, steps=1, seconds=5.0, lr=0.1)
         return replan_after(epoch, stats, meter, TrainingPlan(), progress)

@@ -9,7 +9,7 @@ import functools
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 from models.errors import UserError
 from models.schedule import NAMED_SCHEDULES, GrowthEvent, named_schedule, parse_schedule, spec_at_epoch
@@ -23,13 +23,26 @@ from pipeline.budget.spec import (
     scale_epoch,
 )
 
-# A plan of E epochs, built by the caller: (its config, growth events, final spec, curriculum setup).
-Built = Callable[[int], tuple]
+
+class PlanAt(NamedTuple):
+    """A run's pieces for a plan of E epochs, built by the caller (``pipeline/run/length.py``)."""
+
+    train_cfg: Any  # the run's TrainConfig with ``epochs`` = E
+    events: list[GrowthEvent]
+    final: ArchSpec
+    setup: object  # the curriculum setup (``curriculum``, ``pruner``) built for E epochs
+
+
+class PlanBuilder(Protocol):
+    """Builds a run's plan of E epochs and raises (a ``UserError``) where one cannot work: the
+    one thing planning asks of the run above it, handed down rather than imported."""
+
+    def __call__(self, epochs: int) -> PlanAt: ...
 
 
 def plan_epochs(
     budget: Budget,
-    built: Built,
+    built: PlanBuilder,
     start: ArchSpec,
     n_train: int,
     cost_per_example: Callable[[ArchSpec], float],
@@ -42,11 +55,11 @@ def plan_epochs(
 
     @functools.cache
     def planned_cost(epochs: int) -> float:
-        _cfg, events, _final, setup = built(epochs)
+        plan = built(epochs)
         total = 0.0
         for epoch in range(epochs):
-            n = planned_examples(setup, epoch, epochs, n_train)
-            total += n * cost_per_example(spec_at_epoch(start, events, epoch))
+            n = planned_examples(plan.setup, epoch, epochs, n_train)
+            total += n * cost_per_example(spec_at_epoch(start, plan.events, epoch))
         return total
 
     if resumed_epochs:
@@ -121,7 +134,7 @@ class SecondsPlanner:
     epoch adds the median of what earlier epochs trained outside their steps (the diet's
     bookkeeping, growth)."""
 
-    built: Callable[[int], tuple]  # (cfg, events, final, setup) of a plan of E epochs
+    built: PlanBuilder
     start: ArchSpec
     n_train: int
     timed: Callable[[ArchSpec], float]  # seconds per example from the timing before training
@@ -132,8 +145,8 @@ class SecondsPlanner:
 
     def pieces(self, epochs: int) -> tuple[list[GrowthEvent], object]:
         """The growth events and curriculum setup of a plan of ``epochs`` epochs."""
-        _cfg, events, _final, setup = self.built(epochs)
-        return events, setup
+        plan = self.built(epochs)
+        return plan.events, plan.setup
 
     def record(self, epoch: int, epochs: int, seconds_per_example: float, overhead_s: float) -> None:
         """What epoch ``epoch`` of a plan of ``epochs`` measured: its steps' seconds per example

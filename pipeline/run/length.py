@@ -24,7 +24,7 @@ from models.flops import flops_per_example
 from models.schedule import GrowthEvent
 from models.spec import ArchSpec
 from pipeline.budget.meter import BudgetMeter
-from pipeline.budget.plan import SecondsPlanner, plan_epochs
+from pipeline.budget.plan import PlanAt, SecondsPlanner, plan_epochs
 from pipeline.budget.spec import RUN_METRICS, Budget, BudgetError, parse_budget
 from pipeline.data.dataset import Data
 from pipeline.device import pick_device, place_model
@@ -97,9 +97,9 @@ def resolve_run_length(
     budget = parse_budget(train_cfg.budget, train_cfg.epochs, run_cost)
 
     @functools.cache
-    def built(epochs: int):
+    def built(epochs: int) -> PlanAt:
         cfg = dataclasses.replace(train_cfg, epochs=epochs)
-        return (cfg, *stages(cfg))
+        return PlanAt(cfg, *stages(cfg))
 
     resumed = 0
     if resume_run_id and budget.unit == "seconds":
