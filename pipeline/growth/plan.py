@@ -1,8 +1,8 @@
 """A growing run's growth plan: its events, applied at the start of the epoch they are due (or
 earlier, on a plateau), each through ``models.growth.grow``, which inserts the new layer (or
-widens one) and initialises it (at random, or as an identity that a training batch calibrates); then the
-optimizer is rebuilt around the grown network and the jump measured on a fixed probe batch.
-No MLflow inside.
+widens one) and initialises it (at random, or as an identity that a training batch
+calibrates); then the optimizer is rebuilt around the grown network and the jump measured on a
+fixed probe batch. No MLflow inside.
 """
 
 from __future__ import annotations
