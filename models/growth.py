@@ -93,13 +93,9 @@ def grow(
     new_in = infer_shapes(spec)
     reference = next(model.parameters())
 
-    def fresh(lay: dict | None, in_shape: tuple[int, ...]) -> nn.Module:
-        module = make_layer(lay, in_shape) if lay is not None else make_head(in_shape, spec.num_classes)
-        return module.to(device=reference.device, dtype=reference.dtype)
-
     if event.widens:
         return _widen(model, event, spec, index, init)
-    new_module = fresh(layer, new_in[index])
+    new_module = _fresh(spec, layer, new_in[index], reference)
     if init == "preserve":
         nonneg_in = index > 0 and output_nonnegative(spec)[index - 1]
         drawn = _weight_tensors(new_module)
@@ -120,7 +116,7 @@ def grow(
         if unchanged:
             modules[lid] = model.layers[lid]
             continue
-        modules[lid] = fresh(lay, in_shape)
+        modules[lid] = _fresh(spec, lay, in_shape, reference)
         widen = LAYERS[lay["type"]].widen if lay is not None else widen_linear
         # Only a preserving new layer changes shapes by pure widening; after anything else, or
         # once the chain is broken, the old weights would read different features.
@@ -150,6 +146,12 @@ def grow(
     return grown, info
 
 
+def _fresh(spec: ArchSpec, lay: dict | None, in_shape: tuple[int, ...], reference: torch.Tensor) -> nn.Module:
+    """A newly built layer (the head where ``lay`` is None) on the model's device and dtype."""
+    module = make_layer(lay, in_shape) if lay is not None else make_head(in_shape, spec.num_classes)
+    return module.to(device=reference.device, dtype=reference.dtype)
+
+
 def _exits_for(
     model: SpecNet, spec: ArchSpec, reference: torch.Tensor, reinitialised: list[str]
 ) -> dict[str, nn.Module]:
@@ -171,17 +173,16 @@ def _widen(model: SpecNet, event: GrowthEvent, spec: ArchSpec, index: int, init:
     """``grow`` for a widening: the widened layer and every layer whose input or output widened
     with it get wider modules holding the old weights (``embed``); the others are kept."""
     old_in = dict(zip([*model.spec.layer_ids(), HEAD_ID], infer_shapes(model.spec)))
+    old_layers = {lay["id"]: lay for lay in model.spec.layers}
     reference = next(model.parameters())
     modules, widened, reinitialised = {}, [], []
     preserved = init == "preserve"
     for lay, in_shape in zip([*spec.layers, None], infer_shapes(spec)):
         lid = lay["id"] if lay is not None else HEAD_ID
-        old_layer = next((old for old in model.spec.layers if old["id"] == lid), None)
-        if layer_signature(old_layer, old_in[lid]) == layer_signature(lay, in_shape):
+        if layer_signature(old_layers.get(lid), old_in[lid]) == layer_signature(lay, in_shape):
             modules[lid] = model.layers[lid]
             continue
-        module = make_layer(lay, in_shape) if lay is not None else make_head(in_shape, spec.num_classes)
-        modules[lid] = module.to(device=reference.device, dtype=reference.dtype)
+        modules[lid] = _fresh(spec, lay, in_shape, reference)
         if embed(model.layers[lid], modules[lid], zero_new_inputs=preserved):
             widened.append(lid)
         else:  # a block that gains a projection where it had none: nothing to keep its function
