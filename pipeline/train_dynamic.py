@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import click
 
-from models.schedule import NAMED_SCHEDULES, GrowthEvent, validate_schedule
+from models.schedule import NAMED_SCHEDULES, validate_schedule
 from models.spec import ArchSpec, resolve_spec
-from pipeline.budget.plan import scaled_curriculum, scaled_schedule
+from pipeline.budget.plan import written_schedule
 from pipeline.cli import build_config, config_options, help_text
 from pipeline.curriculum.config import DynamicCurriculumConfig
-from pipeline.curriculum.inputs import prepare_curriculum
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
 from pipeline.exits import ExitConfig, with_exits
 from pipeline.growth.config import GrowthConfig
 from pipeline.run.length import resolve_run_length
-from pipeline.run.plan import ExperimentPlan
+from pipeline.run.plan import ExperimentPlan, stages
 from pipeline.run.request import TrainingRequest, run_training
 from pipeline.run.session import RunConfig, TrainingOutcome
 from pipeline.tracking.guard import GuardedCommand, main_guard
@@ -39,31 +38,13 @@ def prepare(
     train_cfg: TrainConfig,
     growth_cfg: GrowthConfig,
 ) -> tuple[Data, ArchSpec]:
-    """Validate options, data and start spec before training (the schedule: ``stages``)."""
+    """Validate options, data and start spec before training (the schedule is checked at each
+    run length a budget weighs: ``run/plan.stages``)."""
     train_cfg.validate()
     growth_cfg.validate()
     data = load_data(data_cfg)
     start = resolve_spec(growth_cfg.start_spec, data.input_shape, data.num_classes)
     return data, start
-
-
-def stages(
-    data: Data,
-    start: ArchSpec,
-    growth_cfg: GrowthConfig,
-    curriculum_cfg: DynamicCurriculumConfig,
-    written_for: int,
-):
-    """What a run of ``cfg.epochs`` epochs is: its growth events (every stage checked), final
-    spec and curriculum, each written for ``written_for`` (``--epochs``) and scaled."""
-
-    def build(cfg: TrainConfig) -> tuple[list[GrowthEvent], ArchSpec, object]:
-        events = scaled_schedule(growth_cfg.schedule, written_for, cfg.epochs)
-        final = validate_schedule(start, events, cfg.epochs)
-        diet = scaled_curriculum(curriculum_cfg, written_for, cfg.epochs)
-        return events, final, prepare_curriculum(diet, data, cfg, events)
-
-    return build
 
 
 def schedule_label(schedule: str) -> str:
@@ -83,13 +64,9 @@ def run(
     exit_cfg = (exit_cfg or ExitConfig()).validate()
     run_cfg.apply_size_limits(train_cfg)  # before any network is built, FLOPs counting too
     data, start = prepare(data_cfg, train_cfg, growth_cfg)
-    length = resolve_run_length(
-        train_cfg,
-        data,
-        start,
-        stages(data, start, growth_cfg, curriculum_cfg, train_cfg.epochs),
-        run_cfg.resume,
-    )
+    events_at = written_schedule(growth_cfg.schedule, train_cfg.epochs)
+    growing = stages(data, start, events_at, curriculum_cfg, train_cfg.epochs)
+    length = resolve_run_length(train_cfg, data, start, growing, run_cfg.resume)
     events, final, setup = length.events, length.final, length.setup
     # stages: each stage's head becomes an exit as the run grows; named exits sit on the start
     # spec (they must exist from the first epoch) and are carried through growth.

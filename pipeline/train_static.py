@@ -11,16 +11,14 @@ from dataclasses import dataclass
 import click
 
 from models.spec import ArchSpec, resolve_spec
-from pipeline.budget.plan import scaled_curriculum
 from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.curriculum.config import CurriculumConfig
-from pipeline.curriculum.inputs import prepare_curriculum
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
 from pipeline.exits import ExitConfig, with_exits
 from pipeline.run.length import resolve_run_length
-from pipeline.run.plan import ExperimentPlan
+from pipeline.run.plan import ExperimentPlan, stages
 from pipeline.run.request import TrainingRequest, run_training
 from pipeline.run.session import RunConfig, TrainingOutcome
 from pipeline.tracking.guard import GuardedCommand, main_guard
@@ -64,11 +62,8 @@ def run(
     run_cfg.apply_size_limits(train_cfg)  # before any network is built, FLOPs counting too
     data, spec = prepare(data_cfg, train_cfg, static_cfg, exit_cfg)
 
-    def stages(cfg: TrainConfig):
-        diet = scaled_curriculum(curriculum_cfg, train_cfg.epochs, cfg.epochs)
-        return [], spec, prepare_curriculum(diet, data, cfg, events=[])
-
-    length = resolve_run_length(train_cfg, data, spec, stages, run_cfg.resume)
+    no_growth = stages(data, spec, lambda _epochs: [], curriculum_cfg, train_cfg.epochs)
+    length = resolve_run_length(train_cfg, data, spec, no_growth, run_cfg.resume)
     setup = length.setup
     plan = ExperimentPlan(
         length.train_cfg,

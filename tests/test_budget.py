@@ -10,7 +10,7 @@ import torch
 from models.schedule import named_schedule
 from pipeline import train_dynamic, train_static
 from pipeline.budget.meter import BudgetMeter, step_allowed
-from pipeline.budget.plan import scaled_schedule
+from pipeline.budget.plan import written_schedule
 from pipeline.budget.spec import Budget, BudgetError, epochs_for, parse_budget, scale_epoch
 from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
@@ -73,11 +73,11 @@ def test_the_meter_refuses_the_step_that_would_overrun():
 
 
 def test_a_schedule_written_for_12_epochs_means_the_same_at_24():
-    events = scaled_schedule("3:conv(64)@after:pool1;9:residual", 12, 24)
+    events = written_schedule("3:conv(64)@after:pool1;9:residual", 12)(24)
     assert [e.epoch for e in events] == [6, 18]
     assert scale_epoch(3, 12, 12) == 3
     # A named schedule is a function of the run length already.
-    assert [e.epoch for e in scaled_schedule("default", 12, 24)] == [6, 6, 6]
+    assert [e.epoch for e in written_schedule("default", 12)(24)] == [6, 6, 6]
 
 
 @pytest.mark.slow

@@ -92,14 +92,22 @@ class WrittenInEpochs(Protocol):
     def boundaries(self) -> list[int] | None: ...
 
 
-def scaled_schedule(text: str, written_for: int, epochs: int) -> list[GrowthEvent]:
-    """Growth events for an ``epochs``-epoch run: a named schedule is a function of the run
-    length; one written in epochs is written for ``--epochs`` and keeps its fractions."""
-    if text.strip() in NAMED_SCHEDULES:
-        return named_schedule(text.strip(), epochs)
+def written_schedule(text: str, written_for: int) -> Callable[[int], list[GrowthEvent]]:
+    """``--schedule``'s growth events at each run length: a named schedule is a function of the
+    length; one written in epochs is parsed once, for ``written_for`` (``--epochs``), and keeps
+    its fractions."""
+    name = text.strip()
+    if name in NAMED_SCHEDULES:
+        return functools.partial(named_schedule, name)
+    return functools.partial(scaled_events, parse_schedule(text, written_for), written_for)
+
+
+def scaled_events(events: list[GrowthEvent], written_for: int, epochs: int) -> list[GrowthEvent]:
+    """``events`` written for a ``written_for``-epoch run, at the same fractions of ``epochs``
+    (never before epoch 1: epoch 0 trains the start)."""
     return [
         dataclasses.replace(event, epoch=max(1, scale_epoch(event.epoch, written_for, epochs)))
-        for event in parse_schedule(text, written_for)
+        for event in events
     ]
 
 

@@ -91,9 +91,9 @@ def resolve_run_length(
     """Pick the planned epochs for ``train_cfg.budget`` (``pipeline/budget/plan.py``) and build
     the run's pieces for them.
 
-    ``stages(cfg)`` builds (events, final spec, curriculum setup) for ``cfg.epochs`` epochs and
-    raises if they cannot work. A resumed seconds run keeps the epochs it planned (timing again
-    could plan others)."""
+    ``stages(cfg)`` (``run/plan.stages``) builds (events, final spec, curriculum setup) for
+    ``cfg.epochs`` epochs and raises if they cannot work. A resumed seconds run keeps the
+    epochs it planned (timing again could plan others)."""
     budget = parse_budget(train_cfg.budget, train_cfg.epochs, run_cost)
 
     @functools.cache

@@ -5,27 +5,56 @@ inserted and initialised); the diet is ``pipeline/curriculum/diet_plan.py`` (``D
 curriculum's examples, less what pruning leaves out). Here they only meet: growth happens before
 the epoch's examples are chosen (a curriculum that reads the model sees the grown one), a
 seconds run's new length is taken only where both agree at the epoch just run, and a checkpoint
-holds both. ``train_static`` uses it with no growth (a diet alone), ``train_dynamic`` with both,
-so data order and model growth can be compared separately. No MLflow inside.
+holds both. ``train_static`` uses it with no growth (a diet alone), ``train_dynamic`` and
+``tune``'s trials with both, so data order and model growth can be compared separately.
+``stages`` is where they meet before training: a plan of E epochs, its growth events and the
+curriculum built around them, which budgeting asks for at each length it weighs. No MLflow
+inside (a curriculum's scores are found by ``curriculum/inputs``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import asdict
 
 import torch
 
 from models.builder import SpecNet
-from models.schedule import GrowthEvent, schedule_to_json
+from models.schedule import GrowthEvent, schedule_to_json, validate_schedule
+from models.spec import ArchSpec
+from pipeline.budget.plan import WrittenInEpochs, scaled_curriculum
 from pipeline.curriculum.base import Curriculum
+from pipeline.curriculum.diet import CurriculumSetup
 from pipeline.curriculum.diet_plan import DietPlan
+from pipeline.curriculum.inputs import prepare_curriculum
 from pipeline.curriculum.pruning import LossPruner
 from pipeline.data.dataset import Data
 from pipeline.growth.config import GrowthConfig
 from pipeline.growth.plan import GrowthPlan
 from pipeline.training.config import TrainConfig
 from pipeline.training.training_plan import TrainingPlan
+
+
+def stages(
+    data: Data,
+    start: ArchSpec,
+    events_at: Callable[[int], list[GrowthEvent]],
+    curriculum_cfg: WrittenInEpochs,
+    written_for: int,
+) -> Callable[[TrainConfig], tuple[list[GrowthEvent], ArchSpec, CurriculumSetup]]:
+    """What a run of ``cfg.epochs`` epochs is (``run/length.resolve_run_length`` asks at each
+    length a budget weighs): its growth events (``events_at(epochs)``), the final spec they
+    reach (every stage checked; with none, ``start``), and the curriculum, written for
+    ``written_for`` (``--epochs``) and scaled, built around those events."""
+
+    def build(cfg: TrainConfig) -> tuple[list[GrowthEvent], ArchSpec, CurriculumSetup]:
+        events = events_at(cfg.epochs)
+        final = validate_schedule(start, events, cfg.epochs)
+        diet = scaled_curriculum(curriculum_cfg, written_for, cfg.epochs)
+        return events, final, prepare_curriculum(diet, data, cfg, events)
+
+    return build
 
 
 class ExperimentPlan(TrainingPlan):

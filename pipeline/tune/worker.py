@@ -4,6 +4,7 @@ nested MLflow run that is closed by how the trial ended."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import socket
@@ -20,14 +21,13 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from models.schedule import GrowthError, validate_schedule
+from models.schedule import GrowthError
 from models.spec import resolve_spec
-from pipeline.budget.spec import scale_epoch
+from pipeline.budget.plan import scaled_events
 from pipeline.codec import flat_params, non_default_params
 from pipeline.curriculum.checks import CurriculumError
 from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.curriculum.diet import curriculum_pruning
-from pipeline.curriculum.inputs import prepare_curriculum
 from pipeline.curriculum.pruning import PruningError
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
@@ -35,7 +35,7 @@ from pipeline.device import pick_device, seed_everything
 from pipeline.growth.config import GrowthConfig
 from pipeline.run.length import RunLength, resolve_run_length
 from pipeline.run.logged_model import log_classifier
-from pipeline.run.plan import ExperimentPlan
+from pipeline.run.plan import ExperimentPlan, stages
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.errors import FAILURE_TAG, one_line
 from pipeline.tracking.params import log_params_shown
@@ -284,16 +284,11 @@ class Worker:
         """The trial's run length with its events and curriculum; choices that cannot train
         (an invalid schedule, curriculum or pruning) prune the trial before it spends anything."""
 
-        def stages(cfg: TrainConfig):  # the candidate's events are written for --epochs
-            events = [
-                dataclasses.replace(e, epoch=max(1, scale_epoch(e.epoch, train_cfg.epochs, cfg.epochs)))
-                for e in candidate.events
-            ]
-            final = validate_schedule(self.start, events, cfg.epochs)
-            return events, final, prepare_curriculum(curriculum_cfg, self.data, cfg, events)
-
+        # The candidate's events are written for --epochs, like a user's schedule.
+        events_at = functools.partial(scaled_events, candidate.events, train_cfg.epochs)
         try:
-            return resolve_run_length(train_cfg, self.data, self.start, stages)
+            built = stages(self.data, self.start, events_at, curriculum_cfg, train_cfg.epochs)
+            return resolve_run_length(train_cfg, self.data, self.start, built)
         except (GrowthError, CurriculumError, PruningError) as err:  # never trained: say why, spend nothing
             reason = one_line(err)
             trial.set_user_attr(report.ATTR_INVALID, reason)
