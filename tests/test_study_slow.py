@@ -132,6 +132,17 @@ def test_a_confirmation_refuses_screened_seeds_and_preregisters_before_training(
     other = [*SMALL, "--seeds", "62,63", "--budgets", "epochs", "--phase", "confirm", "--study-name", "c2"]
     spent = runner.invoke(study.main, other)
     assert spent.exit_code == 2 and "seed 62 trained in confirm study 'c'" in spent.output
+    # ... nor the same study's name in another storage (a new study, its test splits read again)
+    elsewhere = runner.invoke(study.main, [*args, "--storage", f"sqlite:///{tmp_path / 'other.db'}"])
+    assert elsewhere.exit_code == 2 and "seed 61 trained in confirm study 'c'" in elsewhere.output
+    # Deleting the screen's runs does not make its seed fresh again
+    screened = mlflow.search_runs(
+        search_all_experiments=True, filter_string="tags.study_name = 's'", output_format="list"
+    )
+    for run in screened:
+        client.delete_run(run.info.run_id)
+    deleted = runner.invoke(study.main, [*other[:-1], "c4", "--seeds", "60"])
+    assert deleted.exit_code == 2 and "seed 60 trained in screen study 's'" in deleted.output
     # Bad input is refused before a study or run is made, so the name stays free
     typo = runner.invoke(study.main, [*other[:-1], "c3", "--seeds", "64", "--scores-run", "nosuchrun"])
     assert typo.exit_code == 2 and "--scores-run 'nosuchrun': no such run" in typo.output

@@ -32,6 +32,8 @@ import click
 import mlflow
 import optuna
 import pandas as pd
+from mlflow.entities import ViewType
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from models.schedule import parse_schedule, validate_schedule
 from models.spec import resolve_spec
@@ -122,23 +124,35 @@ def trainer(runs: StudyRuns):
 CONFIRM = "confirm study"
 
 
-def used_seeds(study: str) -> dict[int, str]:
-    """seed -> the study that spent it, in this store: any screen study or tune study that
-    trained a run on it (its result may have chosen something), and any other confirm study
-    that finished a cell on it (its test split was read there)."""
+def own_parent(url: str, study_cfg: StudyConfig) -> str:
+    """The parent run of the study of this name in ``url``; '' where the storage has none (the
+    same name in another storage, or in one that was lost, is another study)."""
+    try:
+        return queue.open_queue(url, study_cfg, create=False).user_attrs.get(STUDY_PARENT, "")
+    except KeyError:  # optuna: no study of that name here
+        return ""
+
+
+def used_seeds(own_parent: str) -> dict[int, str]:
+    """seed -> the study that spent it, in this store, deleted runs and experiments included:
+    any screen study or tune study that trained a run on it (its result may have chosen
+    something), and any other confirm study with a cell on it that finished (its test split
+    was read) or is training now; ``own_parent``'s cells are this study's own (running it
+    again trains only what is missing)."""
+    every = [e.experiment_id for e in mlflow.search_experiments(view_type=ViewType.ALL)]
     out: dict[int, str] = {}
     for where, kind in (
         (f"tags.{PHASE_TAG} = 'screen'", "screen study"),
         ("tags.entry_point = 'tune'", "tune study"),
-        (
-            f"tags.{PHASE_TAG} = 'confirm' and tags.study_arm != '' and attributes.status = 'FINISHED'",
-            CONFIRM,
-        ),
+        (f"tags.{PHASE_TAG} = 'confirm' and tags.study_arm != ''", CONFIRM),
     ):
-        for run in mlflow.search_runs(search_all_experiments=True, filter_string=where, output_format="list"):
+        for run in mlflow.search_runs(every, where, run_view_type=ViewType.ALL, output_format="list"):
             seed, name = run.data.params.get("seed"), run.data.tags.get(STUDY_TAG, "?")
-            if kind == CONFIRM and name == study:
-                continue  # its own cells: running it again trains only what is missing
+            if kind == CONFIRM and (
+                run.info.status not in ("FINISHED", "RUNNING")
+                or run.data.tags.get(MLFLOW_PARENT_RUN_ID) == own_parent
+            ):
+                continue
             if seed is not None and seed.lstrip("-").isdigit():
                 out.setdefault(int(seed), f"{kind} {name!r}")
     return out
@@ -284,7 +298,7 @@ def run(
     if study_cfg.worker:
         return _join(url, configs)
     if study_cfg.phase == "confirm":  # before anything is created or trained
-        check_confirm_seeds(seeds, used_seeds(study_cfg.study_name))
+        check_confirm_seeds(seeds, used_seeds(own_parent(url, study_cfg)))
     data = load_data(data_cfg)  # never the test split
     check_inputs(configs, data)  # before any storage, study or run is created
     study = open_checked(url, configs)
