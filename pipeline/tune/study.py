@@ -13,6 +13,7 @@ import click
 import mlflow
 import optuna
 import sqlalchemy
+from mlflow.exceptions import MlflowException
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
@@ -53,19 +54,29 @@ def redact(url: str) -> str:
 
 
 class StaleTrialCallback:
-    """A dead worker's trial: close its MLflow run as FAILED, then queue a retry."""
+    """A dead worker's trial: queue a retry (while retries are left), then close its MLflow run as FAILED."""
 
     def __init__(self, max_retry: int):
         self.retry = RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        client = mlflow.MlflowClient()
-        for run_id in trial_run_ids(client, study, trial):
-            client.set_tag(run_id, "trial_state", "FAIL")
-            client.set_tag(run_id, FAILURE_TAG, "worker lost: no heartbeat within the grace period; retried")
-            client.set_terminated(run_id, "FAILED")
-        click.echo(f"trial {trial.number}: its worker stopped (no heartbeat); queued a retry", err=True)
+        # The retry first: until it is queued the trial is failed with nothing to take its
+        # place (a study's seconds cell that looked then would find its reference lost), and a
+        # tracking server that does not answer must not lose it.
+        waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
         self.retry(study, trial)
+        retried = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) > waiting
+        what = "queued a retry" if retried else "its retries are spent"
+        click.echo(f"trial {trial.number}: its worker stopped (no heartbeat); {what}", err=True)
+        client = mlflow.MlflowClient()
+        why = f"worker lost: no heartbeat within the grace period; {'retried' if retried else what}"
+        try:
+            for run_id in trial_run_ids(client, study, trial):
+                client.set_tag(run_id, "trial_state", "FAIL")
+                client.set_tag(run_id, FAILURE_TAG, why)
+                client.set_terminated(run_id, "FAILED")
+        except (MlflowException, OSError) as err:
+            click.echo(f"trial {trial.number}: its run could not be closed ({one_line(err)})", err=True)
 
 
 def trial_run_ids(
