@@ -1,14 +1,18 @@
 """The study's queue on a real Optuna storage (SQLite), with a stand-in for training: a cell the
-grid no longer has is not trained, and a cell whose trial another worker failed as stale while
-it trained does not stop the worker that trained it, nor count."""
+grid no longer has is not trained, a cell whose trial another worker failed as stale while it
+trained does not stop the worker that trained it, nor count, and a dead worker's cell is queued
+again whatever it left behind (a deferred mark, a run on a tracking server that does not answer)."""
 
 from __future__ import annotations
 
+import mlflow
 from optuna.trial import TrialState
 
 from pipeline.study import grid, queue
 from pipeline.study.config import StudyConfig
 from pipeline.study.grid import Budget
+from pipeline.tune.report import ATTR_RUN_ID
+from pipeline.tune.study import StaleTrialCallback
 
 
 def _queue(tmp_path):
@@ -52,3 +56,33 @@ def test_a_cell_failed_as_stale_while_it_trained_leaves_its_worker_going(tmp_pat
     assert any(
         "static@epochs#1: trained (run run-static@epochs#1) after its trial was failed" in s for s in said
     )
+
+
+def test_a_retry_that_inherited_a_deferred_mark_counts_when_it_trains(tmp_path):
+    # A worker that died between marking its seconds cell deferred and putting it back left
+    # the mark on the trial; the stale retry copies the trial's attributes.
+    study = _queue(tmp_path)
+    cells = grid.cells(grid.parse_arms("static"), (Budget("epochs"),), (1,))
+    study.enqueue_trial({}, user_attrs={queue.CELL_ATTR: cells[0].key, queue.DEFERRED_ATTR: True})
+    assert queue.work(study, lambda cell, n, ref: (f"run-{cell.key}", 0.5), cells, poll_s=0.01) == []
+    assert queue.finished(study, cells) == {"static@epochs#1": "run-static@epochs#1"}
+
+
+def test_a_dead_workers_cell_is_queued_again_though_its_run_cannot_be_closed(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    study = _queue(tmp_path)
+    key = "static@epochs#1"
+    study.enqueue_trial({}, user_attrs={queue.CELL_ATTR: key, ATTR_RUN_ID: "0123456789abcdef"})
+    trial = study.ask()  # its worker takes it, then dies
+    study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    before = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri("http://127.0.0.1:9")  # a tracking server that does not answer
+    try:
+        StaleTrialCallback(max_retry=3)(study, study.get_trials()[0])
+    finally:
+        mlflow.set_tracking_uri(before)
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    assert [t.user_attrs[queue.CELL_ATTR] for t in waiting] == [key]
+    said = capsys.readouterr().err
+    assert "queued a retry" in said and "its run could not be closed" in said
