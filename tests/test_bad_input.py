@@ -90,6 +90,24 @@ CASES = [
     Case("evaluate on a device this machine lacks", "evaluate", ("--device", "cuda:99"), "--device cuda:99"),
     Case("resume a run that does not exist", STATIC, (*SCORED, "--resume", "e" * 32), "no such run"),
     Case(
+        "resume a run that does not exist, under a seconds budget",
+        STATIC,
+        (*SCORED, "--budget", "60s", "--resume", "e" * 32),
+        "no such run",
+    ),
+    Case(
+        "resume a scores run under a seconds budget",
+        STATIC,
+        (*SCORED, "--budget", "60s", "--resume", "{scores}"),
+        "the run planned no epochs",
+    ),
+    Case(
+        "resume a run that other code trained",
+        STATIC,
+        (*RESUMED, "--resume", "{other_code}"),
+        "the run trained with code 0123456789ab, this checkout is",
+    ),
+    Case(
         "resume a run of the wrong entry point",
         DYNAMIC,
         (*SCORED, "--resume", "{killed_static}"),
@@ -389,6 +407,8 @@ def world(tmp_path_factory):
         scored = {"scores_run": places["scores"]}
         places["no_checkpoint"] = _copy_run(client, places["static"], "KILLED", scored)
         places["killed_static"] = _copy_run(client, places["static"], "KILLED", scored)
+        other_code = {"code_version": "0123456789ab"}  # a commit that is not this checkout
+        places["other_code"] = _copy_run(client, places["static"], "KILLED", scored, **other_code)
         ckpt = Path(client.download_artifacts(places["static"], CHECKPOINT_ARTIFACT, str(root / "ckpt")))
         ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])
         places["truncated"] = _copy_run(client, places["static"], "KILLED", scored)

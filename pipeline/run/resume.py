@@ -15,6 +15,7 @@ from pipeline.device import pick_device
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.params import shown_param
 from pipeline.tracking.processes import HOST_TAG, PID_TAG, owned_elsewhere
+from pipeline.tracking.runs import code_version
 
 CHECKPOINT_ARTIFACT = "checkpoints/last.pt"
 
@@ -46,7 +47,7 @@ def check_resumable(
     data_digest: str = "",
 ) -> None:
     """Refuse a run that does not exist, is of another entry point or has finished, and options
-    that would make the resumed run another run than it was (each named with both values).
+    or code that would make the resumed run another run than it was (each named with both values).
 
     Called before the run is reopened: reopening would retag it (and a failure would mark
     another step's run FAILED)."""
@@ -96,6 +97,12 @@ def check_resumable(
                 f"--resume {run_id}: its {key} is {_short(old)}, these options give {_short(new)}; "
                 "a resumed run keeps what it trained with (pass the run's options, or start a new run)"
             )
+    then, now = logged_tags.get("code_version", "unknown"), code_version()
+    if "unknown" not in (then, now) and then != now:
+        raise UpstreamError(
+            f"--resume {run_id}: the run trained with code {then}, this checkout is {now}; a resumed "
+            f"run keeps its code (check out commit {then.split('-')[0]} with its changes, or start a new run)"
+        )
     device = (params or {}).get("device")
     if device and logged_tags.get("device") and str(pick_device(device)) != logged_tags["device"]:
         raise UpstreamError(
