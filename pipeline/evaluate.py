@@ -19,6 +19,7 @@ and holds the comparison report across them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.filters import clause
 from pipeline.tracking.guard import GuardedCommand, main_guard
+from pipeline.tracking.params import full_param
 from pipeline.tracking.runs import tracked_run
 
 ENTRY_POINT = "evaluate"
@@ -161,10 +163,12 @@ LOGGED_DATA_PARAMS = ("dataset", "val_size", "split_seed", "subset")
 
 
 def data_config_of(run: mlflow.entities.Run) -> DataConfig:
-    params = run.data.params
-    missing = [key for key in LOGGED_DATA_PARAMS if key not in params]
+    missing = [key for key in LOGGED_DATA_PARAMS if key not in run.data.params]
     if missing:
         raise UpstreamError(f"run {run.info.run_id} lacks the data parameter {missing[0]!r}")
+    # A long value (a data folder's path) was logged as a digest: read back its full text.
+    fields = {f.name for f in dataclasses.fields(DataConfig)}
+    params = {k: full_param(run.info.run_id, k, v) for k, v in run.data.params.items() if k in fields}
     try:
         return from_params(DataConfig, params)
     except ValueError as err:

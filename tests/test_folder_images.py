@@ -139,3 +139,26 @@ def test_any_folder_refuses_in_one_line_or_loads_what_it_said(tmp_path_factory, 
     assert rule.startswith(f"{len(images)} images as {c}x{h}x{w} ")
     kinds = ["L" if m in ("L", "LA", "1", "I;16") else "RGB" for _, _, m, _, _ in images]
     assert (c == 3) == (kinds.count("RGB") >= kinds.count("L"))
+
+
+def test_evaluate_reads_back_a_data_folder_logged_as_a_digest(tracking, tmp_path):
+    """A --dataset over 100 characters is logged as a digest with its text as an artifact;
+    evaluate must reload the data from that text, not take the digest for a dataset name."""
+    import mlflow
+    from click.testing import CliRunner
+
+    from pipeline import evaluate, train_static
+
+    root = _folder(tmp_path / ("long-" * 20) / "d", per_class=20)
+    dataset = f"folder:{root}"
+    trained = CliRunner().invoke(
+        train_static.main,
+        ["--dataset", dataset, "--val-size", "6", "--epochs", "1", "--spec", "tiny",
+         "--scores-run", "none", "--progress", "false"],
+    )  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    (run,) = mlflow.search_runs(search_all_experiments=True, output_format="list")
+    assert run.data.params["dataset"].startswith("sha256:")  # what the run logged
+    evaluated = CliRunner().invoke(evaluate.main, ["--runs", run.info.run_id])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert "test/acc" in mlflow.get_run(run.info.run_id).data.metrics
