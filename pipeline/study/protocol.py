@@ -37,6 +37,7 @@ GATED_SEEDS: dict[tuple[int, int], str] = {
     (913, 915): "the residual random-order control at 8 epochs on the CPU: their test split was read",
     (916, 920): "the residual half-FLOPs check at 8 epochs on the CPU: their test split was read",
     (921, 925): "the residual equal-epochs check at 8 epochs on the CPU: their test split was read",
+    (926, 929): "the residual widening check at static's seconds on the CPU: their test split was read",
 }
 
 
