@@ -137,8 +137,7 @@ def work(
             log(f"cell {key}: not in this study's grid (queued by an earlier version); not trained")
             raise optuna.TrialPruned("not in the grid")
         trial.set_user_attr(ATTR_RUN_ID, "")  # a retry's run is its own, not the dead worker's
-        if trial.user_attrs.get(DEFERRED_ATTR):  # a retry of a worker that died putting it back
-            trial.set_user_attr(DEFERRED_ATTR, False)
+        trial.set_user_attr(DEFERRED_ATTR, False)  # nor the mark of one that died putting it back
         cell = Cell.from_key(key)
         reference = ""
         if cell.needs_reference_run:
