@@ -36,3 +36,18 @@ def test_a_block_without_a_signal_ends_quietly_and_restores_the_handlers(sigterm
         pass
     assert signal.getsignal(signal.SIGTERM) is raise_terminated
     assert signal.getsignal(signal.SIGINT) is before
+
+
+@pytest.mark.parametrize("raised", [Terminated, KeyboardInterrupt])
+def test_an_interrupted_run_gives_ctrl_c_back_once_it_has_closed(tracking, raised):
+    """While an interrupted run closes, a second Ctrl-C is ignored; after, Ctrl-C works again
+    (a process that goes on, a test suite or a notebook, kept ignoring it)."""
+    import mlflow
+
+    from pipeline.tracking.runs import tracked_run
+
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(raised), tracked_run("train_static", {}, "interrupted") as run:
+        raise raised()
+    assert mlflow.get_run(run.info.run_id).info.status == "KILLED"
+    assert signal.getsignal(signal.SIGINT) is before

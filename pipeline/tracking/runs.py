@@ -154,6 +154,7 @@ def tracked_run(
     finally:
         quiet.setLevel(level)
     previous = signal.signal(signal.SIGTERM, raise_terminated)
+    previous_int = signal.getsignal(signal.SIGINT)  # ignored while an interrupted run closes
     try:
         check_artifact_store(run.info.artifact_uri)
         mlflow.set_tags(
@@ -189,6 +190,7 @@ def tracked_run(
         mlflow.end_run("FINISHED")
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def _retire_failure(run_id: str) -> None:
