@@ -32,6 +32,7 @@ from pipeline.curriculum.pruning import LossPruner
 from pipeline.data.dataset import Data
 from pipeline.growth.config import GrowthConfig
 from pipeline.growth.plan import GrowthPlan
+from pipeline.run.length import Stages
 from pipeline.training.config import TrainConfig
 from pipeline.training.training_plan import TrainingPlan
 
@@ -42,7 +43,7 @@ def stages(
     events_at: Callable[[int], list[GrowthEvent]],
     curriculum_cfg: WrittenInEpochs,
     written_for: int,
-) -> Callable[[TrainConfig], tuple[list[GrowthEvent], ArchSpec, CurriculumSetup]]:
+) -> Stages:
     """What a run of ``cfg.epochs`` epochs is (``run/length.resolve_run_length`` asks at each
     length a budget weighs): its growth events (``events_at(epochs)``), the final spec they
     reach (every stage checked; with none, ``start``), and the curriculum, written for
