@@ -97,6 +97,9 @@ def select_runs(cfg: EvaluateConfig) -> list[str]:
     client = mlflow.MlflowClient()
     if cfg.runs.strip():
         ids = [r.strip() for r in cfg.runs.split(",") if r.strip()]
+        twice = next((r for i, r in enumerate(ids) if r in ids[:i]), None)
+        if twice is not None:  # each run reads the test split once
+            raise UpstreamError(f"--runs names run {twice} twice; name each run once")
         for run_id in ids:
             try:
                 run = client.get_run(run_id)

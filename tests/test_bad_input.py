@@ -234,6 +234,7 @@ CASES = [
     ),
     Case("deleted scores run", STATIC, (*TINY, "--scores-run", "{deleted_scores}"), "is deleted; restore it"),
     Case("deleted run to evaluate", "evaluate", ("--runs", "{deleted_static}"), "is deleted; restore it"),
+    Case("a run named twice to evaluate", "evaluate", ("--runs", "{static},{static}"), "names run"),
     Case("unknown pruner", "tune", (*TINY, "--pruner", "sometimes"), "--pruner 'sometimes'"),
     Case("unknown preset", "main", ("--preset", "huge"), "--preset 'huge'"),
     Case("unknown augmentation in main", "main", ("--augment", "blur"), "--augment 'blur'"),

@@ -237,6 +237,13 @@ def test_the_report_figure_and_text_are_written(tmp_path):
     assert "dynamic@flops:0.5 vs static@flops:0.5 | 3 | +3.00 (+3.00 to +3.00) | 3 of 3 | 0.000" in text
 
 
+def test_the_figure_names_the_seeds_its_means_rest_on():
+    rows = _rows()
+    assert report.seeds_shown((1, 2, 3), rows) == "1,2,3"
+    assert report.seeds_shown((1, 2, 3, 4), rows[rows.seed != 2]) == "1,3 (no finished cell: 2,4)"
+    assert report.seeds_shown((5,), rows.iloc[:0]) == "none (no finished cell: 5)"
+
+
 def test_every_arm_is_options_the_steps_take():
     from pipeline.curriculum.config import CurriculumConfig, DynamicCurriculumConfig
     from pipeline.curriculum.ordering import ORDERS

@@ -111,7 +111,8 @@ def log_report(
         (folder / "study.json").write_text(json.dumps(doc, indent=2, default=str))
         (folder / "report.md").write_text(report.markdown(doc, table))
         # the means behind the comparisons: descriptive, whatever the comparisons' label
-        title = f"study {study_cfg.study_name}: mean {doc['metric']} (exploratory), seeds {doc['seeds']}"
+        seeds_line = report.seeds_shown(seeds, table_rows)
+        title = f"study {study_cfg.study_name}: mean {doc['metric']} (exploratory), seeds {seeds_line}"
         report.figure(points, folder / "frontier.png", title, doc["metric"])
         client.log_artifacts(runs.parent_run_id, str(folder), "study")
     now = int(time.time() * 1000)

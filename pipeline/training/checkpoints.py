@@ -14,7 +14,7 @@ from models.builder import build_model
 from models.errors import UserError
 from models.spec import ArchSpec
 from pipeline.device import place_model
-from pipeline.precision import PrecisionError, resolve_precision
+from pipeline.precision import PrecisionError, grad_scaler, resolve_precision
 from pipeline.training.average import WeightAverage
 from pipeline.training.config import TrainConfig, grown_parameters, make_optimizer
 from pipeline.training.state import ArchitectureTrace, FitState, RunProgress
@@ -46,6 +46,7 @@ def checkpoint_dict(state: FitState, plan: TrainingPlan, cfg: TrainConfig) -> di
         "rng_data": state.generator.get_state(),
         "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         "average": {} if state.average is None else state.average.state_dict(),
+        "scaler": {} if state.scaler is None else state.scaler.state_dict(),
         "progress": json.dumps(state.progress.to_dict() if state.progress is not None else None),
     }
 
@@ -133,8 +134,18 @@ def load_checkpoint(
         generator=generator,
         precision=precision,
         average=average,
+        scaler=restored_scaler(ckpt.get("scaler", {}), precision, device),
         progress=progress,
     )
+
+
+def restored_scaler(saved: dict, precision: str, device: torch.device) -> torch.amp.GradScaler | None:
+    """fp16's gradient scaler as the checkpoint left it (a fresh one would start at its
+    initial scale and skip steps finding the scale again). Older checkpoints hold none."""
+    scaler = grad_scaler(precision, device)
+    if scaler is not None and saved:
+        scaler.load_state_dict(saved)
+    return scaler
 
 
 def _resumed_precision(trained: str, cfg: TrainConfig, device: torch.device, path: Path) -> str:

@@ -157,7 +157,9 @@ class _EpochLoop:
         self.seconds = meter if meter is not None and meter.budget.unit == "seconds" else None
         self.flops = flops_per_example(state.model, data.input_shape)
         self.device = data.train.x.device
-        self.scaler = grad_scaler(state.precision, self.device)
+        if state.scaler is None:
+            state.scaler = grad_scaler(state.precision, self.device)
+        self.scaler = state.scaler
         self.forward = _compiled(state.model, cfg)
         plan.precision = state.precision
         self.probes = list(probes)

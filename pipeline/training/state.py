@@ -100,6 +100,8 @@ class FitState:
     # "epochs": trained them all; "budget": its budget ran out first; "collapsed": it died
     stop_reason: str = ""
     average: WeightAverage | None = None  # with --ema-decay: the averaged weights
+    # fp16's gradient scaler: its scale is found by training, so a resumed run keeps it
+    scaler: torch.amp.GradScaler | None = None
     # cumulative seconds per part of the epoch loop (pipeline/budget/timing.py)
     time_parts: dict[str, float] = field(default_factory=dict)
     # the run's planned epochs and schedule progress; None until ``fit`` starts it from the
