@@ -493,6 +493,17 @@ def test_bad_input_is_one_line_exit_2_and_a_failed_run(world, case, monkeypatch)
     assert not client.search_runs([world["experiment"]], "attributes.status = 'RUNNING'")
 
 
+def test_a_resume_refused_for_want_of_a_checkpoint_leaves_the_run_killed(world, monkeypatch):
+    client, killed = world["client"], world["places"]["no_checkpoint"]
+    outer = client.create_run(world["experiment"], tags={"mlflow.project.entryPoint": STATIC})
+    monkeypatch.setenv("MLFLOW_RUN_ID", outer.info.run_id)
+    args = [arg.format(**world["places"]) for arg in (*RESUMED, "--resume", killed)]
+    result = _invoke(STATIC, args)
+    assert result.exit_code == 2 and "no checkpoint" in result.stderr
+    assert client.get_run(outer.info.run_id).info.status == "FAILED"  # the step's own run
+    assert client.get_run(killed).info.status == "KILLED"  # the run it would have reopened
+
+
 def test_the_table_covers_what_the_issue_lists():
     names = " / ".join(c.name for c in CASES)
     for topic in (

@@ -3,11 +3,13 @@ it trains may differ; the bad-input table runs the refusals end to end."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import mlflow
 import pytest
 
 from pipeline.device import pick_device
-from pipeline.run.resume import RESUME_MAY_DIFFER, check_resumable
+from pipeline.run.resume import CHECKPOINT_ARTIFACT, RESUME_MAY_DIFFER, check_resumable
 from pipeline.tracking.errors import UpstreamError
 
 PARAMS = {"epochs": "6", "lr": "0.05", "spec": "tiny", "deterministic": "false", "progress": "true"}
@@ -16,11 +18,14 @@ TAGS["device"] = str(pick_device("auto"))  # where the run trained: here
 
 
 @pytest.fixture
-def killed(tracking):
+def killed(tracking, tmp_path):
     client = mlflow.MlflowClient()
     run = client.create_run(mlflow.get_experiment_by_name("test").experiment_id, tags=TAGS)
     for key, value in {**PARAMS, "data_digest": "d1", "run_name": "a", "resume": ""}.items():
         client.log_param(run.info.run_id, key, value)
+    checkpoint = tmp_path / Path(CHECKPOINT_ARTIFACT).name  # it reached a checkpoint
+    checkpoint.write_bytes(b"")
+    client.log_artifact(run.info.run_id, str(checkpoint), str(Path(CHECKPOINT_ARTIFACT).parent))
     client.set_terminated(run.info.run_id, "KILLED")
     return run.info.run_id
 

@@ -109,6 +109,16 @@ def check_resumable(
             f"--resume {run_id}: the run trained on {logged_tags['device']}, --device {device} gives "
             f"{pick_device(device)}; resume it on {logged_tags['device']} (its wall-clock is a result)"
         )
+    folder = CHECKPOINT_ARTIFACT.rpartition("/")[0]
+    if all(f.path != CHECKPOINT_ARTIFACT for f in mlflow.MlflowClient().list_artifacts(run_id, folder)):
+        raise _no_checkpoint(run_id)  # here, so that the run it refuses stays KILLED, not FAILED
+
+
+def _no_checkpoint(run_id: str) -> UpstreamError:
+    return UpstreamError(
+        f"--resume {run_id}: the run has no checkpoint yet (it stopped "
+        "before finishing its first epoch); start it again instead"
+    )
 
 
 def _is_option(key: str) -> bool:
@@ -127,9 +137,6 @@ def resume_checkpoint(run_id: str, dest: Path) -> Path:
         path = mlflow.artifacts.download_artifacts(
             run_id=run_id, artifact_path=CHECKPOINT_ARTIFACT, dst_path=str(dest)
         )
-    except (mlflow.exceptions.MlflowException, OSError):
-        raise UpstreamError(
-            f"--resume {run_id}: the run has no checkpoint yet (it stopped "
-            "before finishing its first epoch); start it again instead"
-        ) from None
+    except (mlflow.exceptions.MlflowException, OSError):  # gone since check_resumable looked
+        raise _no_checkpoint(run_id) from None
     return Path(path)
