@@ -9,7 +9,7 @@ import mlflow
 
 from pipeline.tracking.errors import FAILURE_TAG
 from pipeline.tracking.processes import fail_stale_runs
-from pipeline.tracking.runs import tracked_run
+from pipeline.tracking.runs import code_version, tracked_run
 from tests.conftest import REPO, subprocess_env
 
 # Opens a run through tracked_run and dies without closing it, as SIGKILL or the OOM killer would.
@@ -98,3 +98,30 @@ def test_an_interrupted_step_says_how_to_continue_with_the_options_it_has():
     with click.Context(train_static.main):
         said = _how_to_continue("a" * 32)
     assert said.endswith(f"resume it with --resume {said.split()[1]}")
+
+
+def test_the_code_version_counts_edits_and_new_python_files_but_not_other_untracked_files(tmp_path):
+    repo, plain = tmp_path / "repo", tmp_path / "plain"
+    repo.mkdir(), plain.mkdir()
+
+    def git(*args: str) -> None:
+        who = ("-c", "user.name=t", "-c", "user.email=t@t")
+        subprocess.run(["git", "-C", str(repo), *who, *args], check=True)
+
+    git("init", "-q")
+    (repo / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("commit", "-qm", "a")
+    clean = code_version(repo)
+    assert len(clean) == 12
+    (repo / "notes.txt").write_text("a note, not code")
+    assert code_version(repo) == clean
+    (repo / "b.py").write_text("y = 2\n")  # a new module, not yet added
+    with_module = code_version(repo)
+    assert with_module.startswith(clean + "-")
+    (repo / "b.py").write_text("y = 3\n")
+    assert code_version(repo) not in (clean, with_module)
+    (repo / "b.py").unlink()
+    (repo / "a.py").write_text("x = 2\n")  # an edit to a tracked file
+    assert code_version(repo).startswith(clean + "-")
+    assert code_version(plain) == "unknown"

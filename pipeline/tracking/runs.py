@@ -88,26 +88,31 @@ def unique_run_name(experiment_id: str, base: str, own_run_id: str = "") -> str:
     return f"{base}-{n}"
 
 
-def code_version() -> str:
-    """The commit plus a digest of uncommitted changes to tracked files; 'unknown' outside git.
+REPO = Path(__file__).resolve().parents[2]
+
+
+def code_version(repo: Path = REPO) -> str:
+    """The commit plus a digest of uncommitted changes: to tracked files, and Python files not
+    yet added (a new module runs as much as an edited one; other untracked files, notes or
+    outputs, do not count); 'unknown' outside git.
 
     main reuses a finished step only when this matches, so an edited working tree never
     passes for the code a run was made with."""
-    repo = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> bytes:
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=True, timeout=30)
+        return done.stdout
+
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=30,
-        ).stdout.strip()
-        diff = subprocess.run(
-            ["git", "-C", str(repo), "diff", "HEAD"], capture_output=True, check=True, timeout=30
-        ).stdout
+        commit = git("rev-parse", "HEAD").decode().strip()
+        changes = git("diff", "HEAD")
+        added = git("ls-files", "--others", "--exclude-standard", "-z", "--", "*.py")
+        for name in sorted(added.split(b"\0")):
+            if name:  # its name and its text, as a diff would show a new file
+                changes += b"\0" + name + b"\0" + (repo / name.decode()).read_bytes()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    return f"{commit[:12]}-{hashlib.sha256(diff).hexdigest()[:12]}" if diff else commit[:12]
+    return f"{commit[:12]}-{hashlib.sha256(changes).hexdigest()[:12]}" if changes else commit[:12]
 
 
 @contextlib.contextmanager
