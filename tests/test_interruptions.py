@@ -51,3 +51,34 @@ def test_an_interrupted_run_gives_ctrl_c_back_once_it_has_closed(tracking, raise
         raise raised()
     assert mlflow.get_run(run.info.run_id).info.status == "KILLED"
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_run_stopped_after_its_last_epoch_is_finished_by_resume(tracking, monkeypatch):
+    """Stopped while its model was logged, after the last epoch's checkpoint: --resume trains
+    nothing again and finishes the run (it used to refuse it, leaving the epochs unusable)."""
+    import mlflow
+    from click.testing import CliRunner
+
+    from pipeline import train_static
+    from pipeline.run import session
+
+    args = ["--subset", "300", "--val-size", "100", "--spec", "tiny", "--epochs", "1"]
+    args += ["--scores-run", "none", "--progress", "false"]
+    logged = session.log_classifier
+
+    def ctrl_c_while_logging(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(session, "log_classifier", ctrl_c_while_logging)
+    CliRunner().invoke(train_static.main, args)
+    (run,) = mlflow.search_runs(search_all_experiments=True, output_format="list")
+    assert run.info.status == "KILLED" and "final/val_acc" not in run.data.metrics
+    monkeypatch.setattr(session, "log_classifier", logged)
+
+    result = CliRunner().invoke(train_static.main, [*args, "--resume", run.info.run_id])
+
+    assert result.exit_code == 0, result.output
+    done = mlflow.get_run(run.info.run_id)
+    assert done.info.status == "FINISHED" and "final/val_acc" in done.data.metrics
+    steps = [m.step for m in mlflow.MlflowClient().get_metric_history(run.info.run_id, "val/acc")]
+    assert steps == [0]  # its one epoch, logged once

@@ -249,7 +249,8 @@ def _first_state(
     length: RunLength | None,
 ) -> FitState:
     """A new state of ``spec``, or with ``--resume`` the run's last checkpoint, with the plan it
-    had re-planned to (a finished one leaves nothing to train: an error)."""
+    had re-planned to. A run stopped after its last epoch's checkpoint (while its model was
+    logged) trains no epoch: ``fit`` returns at once and the run is finished from there."""
     if not resume_run_id:
         return new_state(spec, cfg, device)
     planner = length.planner if length is not None else None
@@ -258,14 +259,7 @@ def _first_state(
         plan.adopt(epochs, *planner.pieces(epochs))
 
     path = resume_checkpoint(resume_run_id, tmp / "resume")
-    state = load_checkpoint(path, cfg, plan, device, replan if planner is not None else None)
-    epochs = state.progress.epochs if state.progress is not None else cfg.epochs
-    if state.epoch >= epochs:
-        raise UpstreamError(
-            f"--resume {resume_run_id}: its checkpoint is at epoch {state.epoch}"
-            f" of {epochs}; nothing is left to train"
-        )
-    return state
+    return load_checkpoint(path, cfg, plan, device, replan if planner is not None else None)
 
 
 def log_run_metrics(state: FitState, total_s: float, model_id: str) -> None:
