@@ -169,8 +169,9 @@ def test_checkpoints_follow_every_epoch_unless_writing_one_is_slow(small_data):
         checkpoint=lambda s, _p: quick.append(s.epoch),
     )
     state = fit(fresh_state(small_data, cfg), small_data, cfg, TrainingPlan(), checkpoint=write_slowly)
-    assert slow == [1]  # the first epoch's, then none: the next is due 10 s (50 x 0.2 s) later
-    assert state.time_parts["checkpoint"] == pytest.approx(0.2, abs=0.1)
+    # the first epoch's, none between (the next is due 10 s, 50 x 0.2 s, later), the last's
+    assert slow == [1, 4]
+    assert state.time_parts["checkpoint"] == pytest.approx(0.4, abs=0.15)
     every = CheckpointPace(max_share=math.inf)
     fit(
         fresh_state(small_data, cfg),
@@ -180,8 +181,21 @@ def test_checkpoints_follow_every_epoch_unless_writing_one_is_slow(small_data):
         checkpoint=write_slowly,
         checkpoint_pace=every,
     )
-    assert slow == [1, 1, 2, 3, 4]
+    assert slow == [1, 4, 1, 2, 3, 4]
     assert quick[0] == 1 and quick == sorted(set(quick))
+
+
+@pytest.mark.parametrize("reason", ["collapsed", "budget"])
+def test_a_run_that_stopped_early_stays_stopped_when_resumed(small_data, tmp_path, reason):
+    from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
+
+    state = fresh_state(small_data, CFG)
+    state.stop_reason = reason  # as fit leaves it in the checkpoint of the epoch it stopped at
+    path = save_checkpoint(tmp_path / "c.pt", state, TrainingPlan(), CFG)
+    resumed = load_checkpoint(path, CFG, TrainingPlan(), torch.device("cpu"))
+    assert resumed.stop_reason == reason
+    resumed = fit(resumed, small_data, CFG, TrainingPlan())
+    assert resumed.epoch == 0 and not resumed.history and resumed.stop_reason == reason
 
 
 @pytest.mark.parametrize("deterministic", [False, True])

@@ -32,6 +32,7 @@ def checkpoint_dict(state: FitState, plan: TrainingPlan, cfg: TrainConfig) -> di
         "optimizer": state.optimizer.state_dict(),
         "grown_parameters": grown_parameters(state.optimizer, state.model),
         "epoch": state.epoch,
+        "stop_reason": state.stop_reason,  # a run that stopped early stays stopped when resumed
         "global_step": state.global_step,
         "cumulative_s": state.cumulative_s,
         "time_parts": json.dumps(state.time_parts),
@@ -125,6 +126,7 @@ def load_checkpoint(
         model=model,
         optimizer=optimizer,
         epoch=ckpt["epoch"],
+        stop_reason=str(ckpt.get("stop_reason", "")),
         global_step=ckpt["global_step"],
         cumulative_s=ckpt["cumulative_s"],
         time_parts=json.loads(ckpt.get("time_parts", "{}")),  # older checkpoints: from here on

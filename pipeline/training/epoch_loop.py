@@ -75,8 +75,9 @@ def fit(
     device.
 
     ``on_epoch(epoch, metrics, state)`` sees every epoch's metrics (logging, pruning);
-    ``checkpoint`` is called after the first epoch and then as often as ``checkpoint_pace``
-    allows (by default after every epoch unless writing one is slow next to an epoch). A
+    ``checkpoint`` is called after the first epoch, after the last (or the one the run stops
+    early at) and between as often as ``checkpoint_pace`` allows (by default after every epoch
+    unless writing one is slow next to an epoch). A
     ``meter`` (``pipeline/budget/meter.BudgetMeter``) ends training before a step its FLOPs or
     seconds budget cannot pay for; with ``--stop-on-collapse`` a run that has died
     (``health.should_stop``) ends early. With ``--ema-decay``, validation sees the weight
@@ -88,8 +89,9 @@ def fit(
     chance = health.top_share(data.val.y)
     parts = state.time_parts
     pace = checkpoint_pace or CheckpointPace()
-    state.stop_reason = "epochs"
-    while state.epoch < state.progress.epochs:  # a seconds run may re-plan them as it goes
+    ended = state.stop_reason in ("collapsed", "budget")  # resumed after it had stopped early
+    state.stop_reason = state.stop_reason if ended else "epochs"
+    while not ended and state.epoch < state.progress.epochs:  # a seconds run may re-plan them
         epoch = state.epoch
         epoch_start = time.perf_counter()
         before = dict(parts)
@@ -121,15 +123,16 @@ def fit(
         if on_epoch is not None:
             with timing.timed(parts, "log"):
                 on_epoch(epoch, metrics, state)
-        if checkpoint is not None and pace.due():
-            with pace.writing(), timing.timed(parts, "checkpoint"):
-                checkpoint(state, plan)
         if cfg.stop_on_collapse and health.should_stop(state.history, chance):
             state.stop_reason = "collapsed"
-            break
-        if meter is not None and meter.exhausted:
+        elif meter is not None and meter.exhausted:
             state.stop_reason = "budget"
-            break
+        ended = state.stop_reason != "epochs"
+        # The last epoch's checkpoint is always written: a run stopped after it (while its
+        # model is logged) is finished by --resume without training or logging an epoch again.
+        if checkpoint is not None and (ended or state.epoch >= state.progress.epochs or pace.due()):
+            with pace.writing(), timing.timed(parts, "checkpoint"):
+                checkpoint(state, plan)
     if state.average is not None:  # what was validated is what is logged and evaluated
         state.model.load_state_dict(state.average.model.state_dict())
     return state

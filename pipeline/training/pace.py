@@ -16,8 +16,9 @@ class CheckpointPace:
     after every epoch). A checkpoint of the default network takes about a hundredth of a
     second, so every epoch of a few seconds still gets one; a write that stalls (a slow disk or
     artifact store: 1.3 s once, beside 3-second epochs) is not repeated every epoch, so
-    checkpoints never cost a run more than ``max_share`` of its seconds. A resumed run repeats
-    at most the epochs since its last checkpoint."""
+    checkpoints never cost a run more than ``max_share`` of its seconds, besides the last
+    epoch's, which ``fit`` always writes. A resumed run repeats at most the epochs since its
+    last checkpoint."""
 
     def __init__(self, max_share: float = CHECKPOINT_SHARE) -> None:
         self.max_share = max_share
