@@ -100,28 +100,34 @@ def test_an_interrupted_step_says_how_to_continue_with_the_options_it_has():
     assert said.endswith(f"resume it with --resume {said.split()[1]}")
 
 
-def test_the_code_version_counts_edits_and_new_python_files_but_not_other_untracked_files(tmp_path):
+def test_the_code_version_counts_edits_and_new_modules_but_not_other_untracked_files(tmp_path, monkeypatch):
+    monkeypatch.delenv("GIT_DIR", raising=False)
     repo, plain = tmp_path / "repo", tmp_path / "plain"
-    repo.mkdir(), plain.mkdir()
+    (repo / "pipeline").mkdir(parents=True), plain.mkdir()
 
-    def git(*args: str) -> None:
-        who = ("-c", "user.name=t", "-c", "user.email=t@t")
-        subprocess.run(["git", "-C", str(repo), *who, *args], check=True)
+    def git(*args: str) -> None:  # no signing or hooks of this machine's git config
+        quiet = ("-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false")
+        subprocess.run(["git", "-C", str(repo), *quiet, "-c", "core.hooksPath=/dev/null", *args], check=True)
 
     git("init", "-q")
-    (repo / "a.py").write_text("x = 1\n")
-    git("add", "a.py")
+    (repo / "pipeline" / "a.py").write_text("x = 1\n")
+    git("add", "pipeline/a.py")
     git("commit", "-qm", "a")
     clean = code_version(repo)
     assert len(clean) == 12
     (repo / "notes.txt").write_text("a note, not code")
+    (repo / "scratch.py").write_text("print('a script outside the packages')\n")
+    (repo / "pipeline" / "dangling.py").symlink_to(repo / "nowhere.py")
+    linked = code_version(repo)  # a link counts by its target, as git keeps it
+    assert linked.startswith(clean + "-")
+    (repo / "pipeline" / "dangling.py").unlink()
     assert code_version(repo) == clean
-    (repo / "b.py").write_text("y = 2\n")  # a new module, not yet added
+    (repo / "pipeline" / "b.py").write_text("y = 2\n")  # a new module, not yet added
     with_module = code_version(repo)
-    assert with_module.startswith(clean + "-")
-    (repo / "b.py").write_text("y = 3\n")
+    assert with_module.startswith(clean + "-") and with_module != linked
+    (repo / "pipeline" / "b.py").write_text("y = 3\n")
     assert code_version(repo) not in (clean, with_module)
-    (repo / "b.py").unlink()
-    (repo / "a.py").write_text("x = 2\n")  # an edit to a tracked file
+    (repo / "pipeline" / "b.py").unlink()
+    (repo / "pipeline" / "a.py").write_text("x = 2\n")  # an edit to a tracked file
     assert code_version(repo).startswith(clean + "-")
     assert code_version(plain) == "unknown"

@@ -89,12 +89,14 @@ def unique_run_name(experiment_id: str, base: str, own_run_id: str = "") -> str:
 
 
 REPO = Path(__file__).resolve().parents[2]
+# Where the steps' code lives: a Python file added here runs as much as an edited one does.
+CODE_PACKAGES = ("pipeline", "models")
 
 
 def code_version(repo: Path = REPO) -> str:
-    """The commit plus a digest of uncommitted changes: to tracked files, and Python files not
-    yet added (a new module runs as much as an edited one; other untracked files, notes or
-    outputs, do not count); 'unknown' outside git.
+    """The commit plus a digest of uncommitted changes: to tracked files, and Python files of
+    the code's packages not yet added (other untracked files, notes, outputs, a virtual
+    environment, do not count); 'unknown' outside git.
 
     main reuses a finished step only when this matches, so an edited working tree never
     passes for the code a run was made with."""
@@ -106,13 +108,23 @@ def code_version(repo: Path = REPO) -> str:
     try:
         commit = git("rev-parse", "HEAD").decode().strip()
         changes = git("diff", "HEAD")
-        added = git("ls-files", "--others", "--exclude-standard", "-z", "--", "*.py")
-        for name in sorted(added.split(b"\0")):
-            if name:  # its name and its text, as a diff would show a new file
-                changes += b"\0" + name + b"\0" + (repo / name.decode()).read_bytes()
+        added = git(
+            "ls-files", "--others", "--exclude-standard", "-z", "--", *(f"{p}/*.py" for p in CODE_PACKAGES)
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    for name in sorted(n for n in added.split(b"\0") if n):  # as a diff shows a new file
+        changes += b"\0" + name + b"\0" + _file_text(repo / os.fsdecode(name))
     return f"{commit[:12]}-{hashlib.sha256(changes).hexdigest()[:12]}" if changes else commit[:12]
+
+
+def _file_text(path: Path) -> bytes:
+    """A file's bytes, a link's target as git keeps it, or nothing for one that cannot be read
+    (it still counts by its name)."""
+    try:
+        return os.fsencode(os.readlink(path)) if path.is_symlink() else path.read_bytes()
+    except OSError:
+        return b""
 
 
 @contextlib.contextmanager
