@@ -12,7 +12,7 @@ import mlflow
 from pipeline.cli import option_name
 from pipeline.codec import same_param
 from pipeline.device import pick_device
-from pipeline.tracking.errors import UpstreamError
+from pipeline.tracking.errors import UpstreamError, one_line
 from pipeline.tracking.params import shown_param
 from pipeline.tracking.processes import HOST_TAG, PID_TAG, owned_elsewhere
 from pipeline.tracking.runs import code_version
@@ -109,9 +109,17 @@ def check_resumable(
             f"--resume {run_id}: the run trained on {logged_tags['device']}, --device {device} gives "
             f"{pick_device(device)}; resume it on {logged_tags['device']} (its wall-clock is a result)"
         )
+    if not _has_checkpoint(run_id):  # here, so that the run it refuses stays KILLED, not FAILED
+        raise _no_checkpoint(run_id)
+
+
+def _has_checkpoint(run_id: str) -> bool:
     folder = CHECKPOINT_ARTIFACT.rpartition("/")[0]
-    if all(f.path != CHECKPOINT_ARTIFACT for f in mlflow.MlflowClient().list_artifacts(run_id, folder)):
-        raise _no_checkpoint(run_id)  # here, so that the run it refuses stays KILLED, not FAILED
+    try:
+        listed = mlflow.MlflowClient().list_artifacts(run_id, folder)
+    except (mlflow.exceptions.MlflowException, OSError) as err:
+        raise UpstreamError(f"--resume {run_id}: its artifacts cannot be listed ({one_line(err)})") from None
+    return any(f.path == CHECKPOINT_ARTIFACT for f in listed)
 
 
 def _no_checkpoint(run_id: str) -> UpstreamError:
