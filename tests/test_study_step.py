@@ -240,8 +240,10 @@ def test_the_report_figure_and_text_are_written(tmp_path):
 def test_the_figure_names_the_seeds_its_means_rest_on():
     rows = _rows()
     assert report.seeds_shown((1, 2, 3), rows) == "1,2,3"
-    assert report.seeds_shown((1, 2, 3, 4), rows[rows.seed != 2]) == "1,3 (no finished cell: 2,4)"
-    assert report.seeds_shown((5,), rows.iloc[:0]) == "none (no finished cell: 5)"
+    assert report.seeds_shown((1, 2, 3, 4), rows[rows.seed != 2]) == "1,3 (not in the means: 2,4)"
+    assert report.seeds_shown((5,), rows.iloc[:0]) == "none (not in the means: 5)"
+    unread = rows.assign(acc=rows["acc"].where(rows.seed != 3))  # a cell with no accuracy read
+    assert report.seeds_shown((1, 2, 3), unread) == "1,2 (not in the means: 3)"
 
 
 def test_every_arm_is_options_the_steps_take():

@@ -143,12 +143,12 @@ def seconds_to_reach(points: pd.DataFrame) -> dict[str, float]:
 
 
 def seeds_shown(seeds: tuple[int, ...], rows: pd.DataFrame) -> str:
-    """The grid's seeds that have a finished cell, and those that have none: the seeds a
-    figure's means rest on (a seed dropped or failed everywhere is named as missing)."""
-    trained = set(rows["seed"]) if len(rows) else set()
+    """The grid's seeds with a finished cell that has its accuracy, and those with none: the
+    seeds a figure's means rest on (a seed dropped or failed everywhere is named as missing)."""
+    trained = set(rows.loc[rows["acc"].notna(), "seed"]) if len(rows) else set()
     shown = ",".join(str(s) for s in seeds if s in trained) or "none"
     missing = [str(s) for s in seeds if s not in trained]
-    return shown + (f" (no finished cell: {','.join(missing)})" if missing else "")
+    return shown + (f" (not in the means: {','.join(missing)})" if missing else "")
 
 
 def figure(points: pd.DataFrame, path: Path, title: str, metric: str) -> Path:
