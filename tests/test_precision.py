@@ -106,22 +106,22 @@ def test_resume_with_another_explicit_precision_is_refused(small_data, tmp_path)
         load_checkpoint(path, dataclasses.replace(cfg, precision="fp32"), TrainingPlan(), CPU)
 
 
-def test_fp16s_gradient_scale_survives_the_checkpoint(small_data, tmp_path):
-    # fp16 trains only on CUDA; its scaler's round trip is the same on a CPU scaler.
-    from pipeline.training.checkpoints import restored_scaler, save_checkpoint
+def test_fp16s_gradient_scale_survives_the_checkpoint(small_data, tmp_path, monkeypatch):
+    # fp16 trains only on CUDA; on this CPU the scaler is a CPU one and fp16 is let through.
+    from pipeline.training import checkpoints
 
+    monkeypatch.setattr(checkpoints, "resolve_precision", lambda precision, _device: precision)
     cfg = TrainConfig(epochs=1)
     state = fresh_state(small_data, cfg)
-    state.scaler = torch.amp.GradScaler("cpu")
+    state.precision, state.scaler = "fp16", torch.amp.GradScaler("cpu")
     found = {"scale": 256.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
     state.scaler.load_state_dict({**found, "_growth_tracker": 37})  # as training leaves it
-    path = save_checkpoint(tmp_path / "c.pt", state, TrainingPlan(), cfg)
-    saved = torch.load(path, map_location="cpu", weights_only=True)["scaler"]
-    restored = restored_scaler(saved, "fp16", CPU)
-    assert restored.state_dict() == state.scaler.state_dict()
+    path = checkpoints.save_checkpoint(tmp_path / "c.pt", state, TrainingPlan(), cfg)
+    resumed = load_checkpoint(path, cfg, TrainingPlan(), CPU)
+    assert resumed.precision == "fp16" and resumed.scaler.state_dict() == state.scaler.state_dict()
     assert torch.amp.GradScaler("cpu").get_scale() != 256.0  # what a resumed run had before
-    assert restored_scaler({}, "fp16", CPU).get_scale() == torch.amp.GradScaler("cpu").get_scale()
-    assert restored_scaler(saved, "fp32", CPU) is None
+    assert checkpoints.restored_scaler({}, "fp16", CPU).get_scale() == torch.amp.GradScaler("cpu").get_scale()
+    assert checkpoints.restored_scaler(dict(found), "fp32", CPU) is None
 
 
 @needs_bf16
