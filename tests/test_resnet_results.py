@@ -1,0 +1,61 @@
+"""The residual checks' stored cells give their stored comparisons digit for digit: each folder
+of docs/results/resnet/ that a study wrote keeps every cell's test accuracy, seconds and FLOPs
+(cells.csv) beside what the study concluded from them (comparisons.csv)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline.study import grid, report
+
+RESNET = Path(__file__).resolve().parents[1] / "docs" / "results" / "resnet"
+STUDIES = sorted(p.parent for p in RESNET.glob("*/comparisons.csv"))
+NUMBERS = ("n", "diff_points", "ci_low_points", "ci_high_points", "p_t", "ahead", "seconds_ratio")
+NUMBERS += ("flops_ratio", "p_holm", "diff_points_easy", "diff_points_medium", "diff_points_hard")
+
+
+def recomputed(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    stored = pd.read_csv(folder / "comparisons.csv")
+    comparisons = [
+        grid.Comparison(
+            line.arm, grid.parse_budget(line.budget), grid.parse_budget(line.against.split("@")[1])
+        )
+        for line in stored.itertuples()
+    ]
+    return stored, report.compare(pd.read_csv(folder / "cells.csv"), comparisons, stored["label"].iloc[0])
+
+
+def test_every_study_folder_is_found():
+    named = {"cpu-confirm", "cpu-control", "cpu-halfflops", "cpu-widen-seconds", "cpu-widen-seconds-2"}
+    assert {p.name for p in STUDIES} >= named
+
+
+@pytest.mark.parametrize("folder", STUDIES, ids=lambda p: p.name)
+def test_the_stored_cells_give_the_stored_comparisons(folder):
+    stored, table = recomputed(folder)
+    assert list(table["comparison"]) == list(stored["comparison"])
+    assert list(table["seeds"].astype(str)) == list(stored["seeds"].astype(str))
+    assert list(table["verdict"]) == list(stored["verdict"])
+    for column in NUMBERS:
+        for got, kept in zip(table[column], stored[column]):
+            assert (math.isnan(got) and math.isnan(kept)) or got == pytest.approx(kept, rel=1e-9), column
+
+
+def test_the_pooled_widening_checks_are_what_the_residual_page_says():
+    # The secondary named in docs/results/preregistered.md (commit 8a0840c): both checks' pairs.
+    rows = pd.concat(
+        [pd.read_csv(RESNET / f / "cells.csv") for f in ("cpu-widen-seconds", "cpu-widen-seconds-2")]
+    )
+    budgets = (grid.parse_budget("seconds"),)
+    (line,) = report.compare(rows, grid.comparisons(grid.parse_arms("static,dynamic"), budgets), "x").to_dict(
+        "records"
+    )
+    assert line["n"] == 8 and line["ahead"] == 6
+    shown = f"{line['diff_points']:+.2f} ({line['ci_low_points']:+.2f} to {line['ci_high_points']:+.2f})"
+    page = (RESNET / "README.md").read_text()
+    assert shown.replace("-", "−") in page, shown
+    assert f"| {line['p_t']:.2f} | {line['flops_ratio']:.2f}x |" in page
