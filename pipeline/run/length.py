@@ -29,6 +29,7 @@ from pipeline.budget.spec import RUN_METRICS, Budget, BudgetError, parse_budget
 from pipeline.data.dataset import Data
 from pipeline.device import pick_device, place_model
 from pipeline.precision import grad_scaler
+from pipeline.run.resume import run_to_resume
 from pipeline.tracking.errors import UpstreamError
 from pipeline.training.config import TrainConfig
 from pipeline.training.loop import EpochClock, StepRecipe, train_one_epoch
@@ -113,10 +114,7 @@ def resolve_run_length(
 def _planned_epochs(run_id: str) -> int:
     """The epochs a seconds run planned, which its resumption keeps (before ``check_resumable``
     has looked at the run: a wrong id is still bad input here)."""
-    try:
-        params = mlflow.MlflowClient().get_run(run_id).data.params
-    except mlflow.exceptions.MlflowException:
-        raise UpstreamError(f"--resume {run_id}: no such run in this tracking store") from None
+    params = run_to_resume(run_id).data.params
     if "planned_epochs" not in params:
         raise UpstreamError(f"--resume {run_id}: the run planned no epochs; it is no training run")
     return int(float(params["planned_epochs"]))

@@ -53,10 +53,7 @@ def check_resumable(
     another step's run FAILED)."""
     if not run_id:
         return
-    try:
-        run = mlflow.MlflowClient().get_run(run_id)
-    except mlflow.exceptions.MlflowException:
-        raise UpstreamError(f"--resume {run_id}: no such run in this tracking store") from None
+    run = run_to_resume(run_id)
     kind = run.data.tags.get("entry_point")
     if kind != entry_point:
         raise UpstreamError(f"--resume {run_id} is a {kind or 'untagged'} run, not {entry_point}")
@@ -111,6 +108,14 @@ def check_resumable(
         )
     if not _has_checkpoint(run_id):  # here, so that the run it refuses stays KILLED, not FAILED
         raise _no_checkpoint(run_id)
+
+
+def run_to_resume(run_id: str) -> mlflow.entities.Run:
+    """``--resume``'s run; one that does not exist is bad input."""
+    try:
+        return mlflow.MlflowClient().get_run(run_id)
+    except mlflow.exceptions.MlflowException:
+        raise UpstreamError(f"--resume {run_id}: no such run in this tracking store") from None
 
 
 def _has_checkpoint(run_id: str) -> bool:
