@@ -7,6 +7,7 @@ import mlflow
 import pytest
 import torch
 
+from models.flops import flops_per_example
 from models.schedule import named_schedule
 from pipeline import train_dynamic, train_static
 from pipeline.budget.meter import BudgetMeter, step_allowed
@@ -18,7 +19,9 @@ from pipeline.growth.config import GrowthConfig
 from pipeline.run.session import RunConfig
 from pipeline.train_static import StaticConfig
 from pipeline.training.config import TrainConfig
+from pipeline.training.epoch_loop import fit
 from pipeline.training.loop import cosine_lr
+from tests.conftest import fresh_state, growing_plan
 
 DATA = DataConfig(subset=600)
 QUIET = RunConfig(progress=False)
@@ -70,6 +73,29 @@ def test_the_meter_refuses_the_step_that_would_overrun():
     assert not meter.exhausted
     assert not meter.allows(examples_done=40, next_batch=10, flops_per_example=1.0, elapsed_s=0)  # 110
     assert meter.exhausted
+
+
+def test_a_budget_that_ends_where_the_network_grows_ends_the_run_on_the_network_it_trained(small_data):
+    """Spent to within less than a step when the growth epoch comes: the epoch grows, cannot pay
+    one step of the grown network, and the run ends on what it trained, not on new layers that
+    never trained (which it would log and evaluate), with the growth gone from its trace and plan."""
+    cfg = TrainConfig(epochs=4, batch_size=100, seed=5, lr=0.05)
+    state = fresh_state(small_data, cfg)
+    start_spec = state.model.spec
+    per_example = flops_per_example(state.model, small_data.input_shape)["train"]
+    two_epochs = 2 * per_example * len(small_data.train)  # the start network's epochs 0 and 1
+    meter = BudgetMeter(Budget("flops", two_epochs * 1.0001, "two epochs and a hair"))
+    plan = growing_plan(small_data, cfg, "2:conv(16)@after:pool1")
+    assert plan.growth_epochs() == {2}
+
+    state = fit(state, small_data, cfg, plan, meter=meter)
+
+    assert state.stop_reason == "budget" and state.epoch == 2 and len(state.history) == 2
+    assert state.model.spec == start_spec
+    assert state.trace.events == [] and plan.growth.applied == 0
+    trained = {id(p) for p in state.model.parameters()}
+    assert {id(p) for group in state.optimizer.param_groups for p in group["params"]} == trained
+    assert state.cumulative_train_flops <= meter.budget.amount
 
 
 def test_a_schedule_written_for_12_epochs_means_the_same_at_24():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -112,6 +113,7 @@ def fit(
                 progress_bar=progress_bar,
             )
         if stats.examples == 0:  # the budget could not pay for a single step of this epoch
+            loop.undo_growth()  # the run ends on the network it trained, not on untrained layers
             state.stop_reason = "budget"
             break
         loop.after_training(epoch, stats, before)
@@ -128,8 +130,7 @@ def fit(
         elif meter is not None and meter.exhausted:
             state.stop_reason = "budget"
         ended = state.stop_reason != "epochs"
-        # The last epoch's checkpoint is always written: a run stopped after it (while its
-        # model is logged) is finished by --resume without training or logging an epoch again.
+        # the last one always: --resume finishes a run stopped while its model was logged
         if checkpoint is not None and (ended or state.epoch >= state.progress.epochs or pace.due()):
             with pace.writing(), timing.timed(parts, "checkpoint"):
                 checkpoint(state, plan)
@@ -188,8 +189,10 @@ class _EpochLoop:
         return max(progress, self.seconds.progress) if self.seconds is not None else progress
 
     def grow(self, epoch: int) -> list[dict]:
-        """The plan's growth before ``epoch``: the new model and optimizer; its events."""
+        """The plan's growth before ``epoch``: the new model and optimizer; its events. What it
+        replaced is kept until the epoch's steps are paid (``undo_growth``)."""
         state = self.state
+        self.before_growth = _Network.of(self, self.plan.state_dict())
         with timing.timed(self.parts, "growth"):
             model, optimizer, events = self.plan.before_epoch(epoch, state.model, state.optimizer)
         if model is not state.model:
@@ -204,6 +207,14 @@ class _EpochLoop:
             event["progress"] = grown_at
         state.trace.events.extend(events)
         return events
+
+    def undo_growth(self) -> None:
+        """Back to the network and the plan's state from before this epoch's growth: a budget
+        that cannot pay one step of the epoch ends the run there, and new layers that never
+        trained would otherwise be what it logs and evaluates. Growth leaves the old model and
+        its optimizer as they were (``models/growth.grow`` shares the unchanged modules, and no
+        step has touched them since)."""
+        self.before_growth.restore(self)
 
     def diet(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The epoch's examples (the plan's diet) and their loss weights (None: all 1)."""
@@ -300,6 +311,33 @@ class _EpochLoop:
             for probe in self.probes:
                 metrics.update(probe.measure(state, scored, val, positions))
         return metrics
+
+
+@dataclass
+class _Network:
+    """What ``_EpochLoop.grow`` replaces: the model with its optimizer, weight average, FLOPs and
+    forward pass, how many growth events the trace held and the plan's state."""
+
+    model: SpecNet
+    optimizer: torch.optim.Optimizer
+    average: WeightAverage | None
+    flops: dict
+    forward: nn.Module
+    events: int
+    plan_state: dict
+
+    @classmethod
+    def of(cls, loop: _EpochLoop, plan_state: dict) -> _Network:
+        state = loop.state
+        events = len(state.trace.events)
+        return cls(state.model, state.optimizer, state.average, loop.flops, loop.forward, events, plan_state)
+
+    def restore(self, loop: _EpochLoop) -> None:
+        state = loop.state
+        state.model, state.optimizer, state.average = self.model, self.optimizer, self.average
+        loop.flops, loop.forward = self.flops, self.forward
+        del state.trace.events[self.events :]
+        loop.plan.load_state_dict(self.plan_state)
 
 
 def _compiled(model: SpecNet, cfg: TrainConfig) -> nn.Module:
