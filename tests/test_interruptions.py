@@ -83,3 +83,38 @@ def test_a_run_stopped_after_its_last_epoch_is_finished_by_resume(tracking, monk
     assert done.info.status == "FINISHED" and "final/val_acc" in done.data.metrics
     steps = [m.step for m in mlflow.MlflowClient().get_metric_history(run.info.run_id, "val/acc")]
     assert steps == [0, 1, 2]  # each epoch logged once: none trained again
+
+
+def test_a_run_stopped_while_mlflow_wrote_its_model_shows_one_model_once_resumed(tracking, monkeypatch):
+    """A Ctrl-C after MLflow created the run's model but before the run was tagged with it: the
+    resumed run logs its model again and the first attempt's is deleted, so the run shows one
+    model, the one its tag (and so evaluate) follows."""
+    import mlflow
+    from click.testing import CliRunner
+
+    from pipeline import train_static
+    from pipeline.run import logged_model
+
+    args = ["--subset", "300", "--val-size", "100", "--spec", "tiny", "--epochs", "2"]
+    args += ["--scores-run", "none", "--progress", "false"]
+    log = logged_model._log
+
+    def ctrl_c_once_written(**kwargs):
+        log(**kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(logged_model, "_log", ctrl_c_once_written)
+    CliRunner().invoke(train_static.main, args)
+    (run,) = mlflow.search_runs(search_all_experiments=True, output_format="list")
+    assert run.info.status == "KILLED"
+    experiments = [run.info.experiment_id]
+    of_the_run = f"source_run_id = '{run.info.run_id}'"
+    assert len(mlflow.search_logged_models(experiments, of_the_run, output_format="list")) == 1
+    monkeypatch.setattr(logged_model, "_log", log)
+
+    result = CliRunner().invoke(train_static.main, [*args, "--resume", run.info.run_id])
+
+    assert result.exit_code == 0, result.output
+    done = mlflow.get_run(run.info.run_id)
+    (model,) = mlflow.search_logged_models(experiments, of_the_run, output_format="list")
+    assert done.info.status == "FINISHED" and done.data.tags[logged_model.MODEL_ID_TAG] == model.model_id

@@ -101,9 +101,25 @@ def log_classifier(model: SpecNet, data: Data, name: str, tmp: Path) -> str:
     )
     # Named after its run; MLflow refuses / : . % and quotes in a model's name (prune0.3).
     model_name = re.sub(r"[/:.%\"']", "_", name) or "model"
+    _drop_earlier_attempts()
     info = _log(model_name=model_name, weights=weights, preprocess=preprocess, data=data)
     mlflow.set_tag(MODEL_ID_TAG, info.model_id)
     return info.model_id
+
+
+def _drop_earlier_attempts() -> None:
+    """Delete the models the active run logged before: an attempt stopped by a Ctrl-C while
+    MLflow wrote its model, and resumed (``--resume``), would otherwise show two, one of them
+    half-written. A run logs one model, so any earlier one is such an attempt's."""
+    run = mlflow.active_run()
+    earlier = mlflow.search_logged_models(
+        experiment_ids=[run.info.experiment_id],
+        filter_string=f"source_run_id = '{run.info.run_id}'",
+        output_format="list",
+    )
+    client = mlflow.MlflowClient()
+    for model in earlier:
+        client.delete_logged_model(model.model_id)
 
 
 def _log(model_name: str, weights: Path, preprocess: Path, data: Data):
