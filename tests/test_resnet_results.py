@@ -20,12 +20,11 @@ NUMBERS += ("flops_ratio", "p_holm", "diff_points_easy", "diff_points_medium", "
 
 def recomputed(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     stored = pd.read_csv(folder / "comparisons.csv")
-    comparisons = [
-        grid.Comparison(
-            line.arm, grid.parse_budget(line.budget), grid.parse_budget(line.against.split("@")[1])
-        )
-        for line in stored.itertuples()
-    ]
+    comparisons = []
+    for line in stored.itertuples():
+        against_arm, against = line.against.split("@")
+        budgets = grid.parse_budget(line.budget), grid.parse_budget(against)
+        comparisons.append(grid.Comparison(line.arm, *budgets, against_arm))
     return stored, report.compare(pd.read_csv(folder / "cells.csv"), comparisons, stored["label"].iloc[0])
 
 

@@ -115,6 +115,55 @@ def test_an_arm_that_names_its_budgets_trains_and_is_compared_at_those_only():
             grid.parse_arms(bad)
 
 
+def test_a_control_is_set_against_the_arm_it_controls_at_each_budget_both_train_at():
+    arms = grid.parse_arms("static,dynamic,dynamic-random@epochs,dynamic-anti")
+    asked = (Budget("epochs"), Budget("seconds"))
+    controls = grid.control_comparisons(arms, asked)
+    assert [c.name for c in controls] == [
+        "dynamic@epochs vs dynamic-random@epochs",  # random order trains at epochs only
+        "dynamic@epochs vs dynamic-anti@epochs",
+        "dynamic@seconds vs dynamic-anti@seconds",
+    ]
+    assert [c.key for c in controls] == [
+        "dynamic/epochs/vs-dynamic-random",
+        "dynamic/epochs/vs-dynamic-anti",
+        "dynamic/seconds/vs-dynamic-anti",
+    ]
+    family = grid.comparisons(arms, asked)
+    assert all(c.against_arm == "static" for c in family)  # what a confirmation preregisters
+    assert len({c.key for c in [*family, *controls]}) == len(family) + len(controls)  # one metric each
+    # a control without the arm it controls is set against static only
+    assert grid.control_comparisons(grid.parse_arms("static,dynamic-random"), asked) == []
+
+
+def test_the_report_sets_an_arm_against_its_control_paired_by_seed_apart_from_the_family():
+    rows = _rows()
+    random_order = rows[(rows.arm == "dynamic") & (rows.budget == "epochs")].assign(arm="dynamic-random")
+    random_order["acc"] = [0.83, 0.80, 0.85]  # dynamic: 0.82, 0.80, 0.84
+    rows = pd.concat([rows, random_order.assign(acc_hard=random_order["acc"])])
+    arms, budgets = grid.parse_arms("static,dynamic,dynamic-random"), (Budget("epochs"),)
+    table = report.compare(rows, grid.comparisons(arms, budgets), "confirmatory")
+    controls = report.compare(
+        rows, grid.control_comparisons(arms, budgets), report.outside_family("confirmatory")
+    )
+    (line,) = controls.to_dict("records")
+    assert line["comparison"] == "dynamic@epochs vs dynamic-random@epochs"
+    assert line["against"] == "dynamic-random@epochs" and line["n"] == 3 and line["label"] == "secondary"
+    assert line["diff_points"] == pytest.approx(-2 / 3) and line["ahead"] == 0
+    assert line["diff_points_hard"] == pytest.approx(-2 / 3) and line["seconds_ratio"] == pytest.approx(1.0)
+    assert line["p_holm"] == pytest.approx(line["p_t"])  # a family of its own: one line
+    # the family is static's two lines, corrected over two whatever the controls
+    random_line = table.set_index("comparison").loc["dynamic-random@epochs vs static@epochs"]
+    assert len(table) == 2 and random_line["diff_points"] == pytest.approx(8 / 3)
+    assert list(table["p_holm"]) == pytest.approx(stats.holm(list(table["p_t"])))
+    assert report.verdict({**line, "p_holm": 0.01}) == "dynamic-random ahead"
+    doc = {"study": "t", "phase": "confirm", "label": "confirmatory", "metric": "test/acc", "seeds": "1,2,3"}
+    text = report.markdown({**doc, "epochs": 4, "static_spec": "default", "health": {}}, table, controls)
+    assert "correction: Holm over the 2 comparisons" in text
+    assert "Against the controls (secondary: outside the family above" in text
+    assert "| dynamic@epochs vs dynamic-random@epochs | 3 | -0.67 (" in text
+
+
 def test_a_static_arm_other_than_the_reference_trains_at_every_budget_asked_and_is_compared():
     arms = grid.parse_arms("static,static-curriculum")
     asked = (Budget("epochs"), Budget("flops", 1.0), Budget("seconds"))

@@ -374,7 +374,7 @@ def main(**values) -> None:
         study_cfg = configs[-1]
         click.echo(
             f"study {study_cfg.study_name!r} ({study_cfg.phase}): {METRIC[study_cfg.phase]} minus "
-            "static's, in points, paired by seed"
+            "static's (or a control's), in points, paired by seed"
         )
         columns = [
             "comparison",

@@ -46,6 +46,9 @@ class Arm:
     # grows (``diet_of_growth``): the growing arm's diet without the growth.
     diet_of_growth: bool = False
     only: tuple[Budget, ...] = ()  # the budgets it trains at, where not every one of --budgets
+    # The arm this one is the control of (a random order for a curriculum): where both train,
+    # the report also sets that arm against this one directly (``control_comparisons``).
+    control_of: str = ""
 
     @property
     def is_reference(self) -> bool:
@@ -73,12 +76,14 @@ ARMS: dict[str, Arm] = {
             "dynamic",
             "the curriculum's control: the same pacing and pruning, examples in a random order",
             curriculum={"order": "random"},
+            control_of="dynamic",
         ),
         Arm(
             "dynamic-anti",
             "dynamic",
             "the curriculum reversed: the same pacing and pruning, the hardest examples first",
             curriculum={"order": "anti"},
+            control_of="dynamic",
         ),
         Arm(
             "dynamic-growth-only",
@@ -114,6 +119,7 @@ ARMS: dict[str, Arm] = {
             f"dynamic-hold-back's control: the same pacing, a random {NOISE_HOLD_BACK:g} held back "
             "and a random order",
             curriculum={"pacing": "linear", "order": "random", "hold_back": NOISE_HOLD_BACK},
+            control_of="dynamic-hold-back",
         ),
         Arm(
             "dynamic-preserve",
@@ -258,21 +264,31 @@ def budget_option(cell: Cell, reference_flops: float, reference_run_id: str) -> 
 
 @dataclass(frozen=True)
 class Comparison:
-    """One arm at one budget against the static run it is matched to, paired by seed."""
+    """One arm at one budget against the run it is matched to, paired by seed: static's, or
+    the arm's control's (``Arm.control_of``) at the same budget."""
 
     arm: str
     budget: Budget
-    against: Budget  # the static arm's budget it is set against
+    against: Budget  # the budget of the run it is set against
+    against_arm: str = REFERENCE_ARM
 
     @property
     def name(self) -> str:
-        return f"{self.arm}@{self.budget.label} vs static@{self.against.label}"
+        return f"{self.arm}@{self.budget.label} vs {self.against_arm}@{self.against.label}"
+
+    @property
+    def key(self) -> str:
+        """The comparison as a metric's path: ``dynamic/epochs``, or against a control
+        ``dynamic/epochs/vs-dynamic-random``."""
+        key = f"{self.arm}/{self.budget.label.replace(':', '')}"
+        return key if self.against_arm == REFERENCE_ARM else f"{key}/vs-{self.against_arm}"
 
 
 def comparisons(arms: tuple[Arm, ...], budgets: tuple[Budget, ...]) -> list[Comparison]:
     """Every arm but the reference, at each of its budgets, against static at the same budget
     where static trains at it (equal epochs, a share of its FLOPs), else against the reference
-    run (its seconds: equal wall-clock; its FLOPs: equal compute)."""
+    run (its seconds: equal wall-clock; its FLOPs: equal compute). The study's family: what a
+    confirmation preregisters and Holm corrects over."""
     reference = next(a for a in arms if a.is_reference)
     static_budgets = set(_asked(reference, budgets))
     out = []
@@ -282,4 +298,20 @@ def comparisons(arms: tuple[Arm, ...], budgets: tuple[Budget, ...]) -> list[Comp
         for budget in _asked(arm, budgets):
             against = budget if budget in static_budgets else Budget(REFERENCE_BUDGET)
             out.append(Comparison(arm.name, budget, against))
+    return out
+
+
+def control_comparisons(arms: tuple[Arm, ...], budgets: tuple[Budget, ...]) -> list[Comparison]:
+    """Each arm that another arm of the study is the control of (``Arm.control_of``) against
+    that control, at each budget both train at: the curriculum against a random order, matched
+    on everything but the order. Outside the family of ``comparisons`` (static cancels in them,
+    so they follow from it): reported beside it, corrected among themselves."""
+    named = {arm.name: arm for arm in arms}
+    out = []
+    for control in arms:
+        controlled = named.get(control.control_of)
+        if controlled is None:
+            continue
+        shared = [b for b in _asked(controlled, budgets) if b in _asked(control, budgets)]
+        out += [Comparison(controlled.name, budget, budget, control.name) for budget in shared]
     return out

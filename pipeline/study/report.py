@@ -26,31 +26,33 @@ from pipeline.report.stats import ALPHA, holm, paired_test, summary
 from pipeline.study.grid import REFERENCE_ARM, REFERENCE_BUDGET, Comparison
 
 
-def _paired(rows: pd.DataFrame, arm: str, budget: str, against: str, column: str) -> tuple[list, list, list]:
-    a = rows[(rows.arm == arm) & (rows.budget == budget)].set_index("seed")
-    b = rows[(rows.arm == REFERENCE_ARM) & (rows.budget == against)].set_index("seed")
+def _paired(rows: pd.DataFrame, c: Comparison, column: str) -> tuple[list, list, list]:
+    """The seeds both of ``c``'s runs finished, and each one's ``column``."""
+    a = rows[(rows.arm == c.arm) & (rows.budget == c.budget.label)].set_index("seed")
+    b = rows[(rows.arm == c.against_arm) & (rows.budget == c.against.label)].set_index("seed")
     seeds = sorted(set(a.index) & set(b.index))
     return seeds, [a.loc[s, column] for s in seeds], [b.loc[s, column] for s in seeds]
 
 
 def _ratio(rows: pd.DataFrame, c: Comparison, column: str) -> dict:
-    _, a, b = _paired(rows, c.arm, c.budget.label, c.against.label, column)
+    _, a, b = _paired(rows, c, column)
     return summary([x / y for x, y in zip(a, b) if y])
 
 
 def compare(rows: pd.DataFrame, comparisons: list[Comparison], label: str) -> pd.DataFrame:
-    """One line per comparison: the arm minus static in points, paired by seed, with the 95%
+    """One line per comparison: the arm minus what it is set against (static, or its control) in
+    points, paired by seed, with the 95%
     t interval, the paired t test's p and its Holm adjustment over all lines, the seconds and
     FLOPs ratios as spent and each tier's difference."""
     lines = []
     for c in comparisons:
-        seeds, a, b = _paired(rows, c.arm, c.budget.label, c.against.label, "acc")
+        seeds, a, b = _paired(rows, c, "acc")
         test = paired_test(a, b)
         line = {
             "comparison": c.name,
             "arm": c.arm,
             "budget": c.budget.label,
-            "against": f"static@{c.against.label}",
+            "against": f"{c.against_arm}@{c.against.label}",
             "seeds": ",".join(str(s) for s in seeds),
             "n": test["n"],
             "diff_points": 100 * test["mean_diff"],
@@ -65,7 +67,7 @@ def compare(rows: pd.DataFrame, comparisons: list[Comparison], label: str) -> pd
         for tier in TIER_NAMES:
             column = f"acc_{tier}"
             if column in rows:
-                _, ta, tb = _paired(rows, c.arm, c.budget.label, c.against.label, column)
+                _, ta, tb = _paired(rows, c, column)
                 line[f"diff_points_{tier}"] = 100 * paired_test(ta, tb)["mean_diff"]
         lines.append(line)
     table = pd.DataFrame(lines)
@@ -79,13 +81,19 @@ def compare(rows: pd.DataFrame, comparisons: list[Comparison], label: str) -> pd
     return table
 
 
+def outside_family(label: str) -> str:
+    """The label of the lines against controls: a confirmation's are secondary (not in what it
+    preregistered), a screen's as exploratory as the rest."""
+    return "secondary" if label == "confirmatory" else label
+
+
 def verdict(line: dict) -> str:
     """In words, read against Holm's adjusted p at ``ALPHA`` (too few seeds: no verdict)."""
     if line["n"] < 2 or not math.isfinite(line["p_holm"]):
         return "too few seeds to tell"
     if line["p_holm"] >= ALPHA:
         return "no difference shown"
-    return "arm ahead" if line["diff_points"] > 0 else "static ahead"
+    return "arm ahead" if line["diff_points"] > 0 else f"{line['against'].split('@')[0]} ahead"
 
 
 def health(rows: pd.DataFrame) -> dict[str, dict[str, int]]:
@@ -185,8 +193,9 @@ def figure(points: pd.DataFrame, path: Path, title: str, metric: str) -> Path:
     return path
 
 
-def markdown(summary_doc: dict, table: pd.DataFrame) -> str:
-    """The report's text: what was compared on what, then one line per comparison."""
+def markdown(summary_doc: dict, table: pd.DataFrame, controls: pd.DataFrame | None = None) -> str:
+    """The report's text: what was compared on what, then one line per comparison of the family
+    and, apart, one per arm against its control (``controls``, corrected among themselves)."""
     lines = [
         f"# Study {summary_doc['study']} ({summary_doc['phase']}): {summary_doc['label']}",
         "",
@@ -206,18 +215,15 @@ def markdown(summary_doc: dict, table: pd.DataFrame) -> str:
         lines.append(
             f"Missing, reported as missing and not replaced: {len(missing)} cell(s): {', '.join(missing)}."
         )
-    lines += [
-        "",
-        "| comparison | seeds | arm - static, points (95% CI) | ahead | p (Holm) | seconds | FLOPs "
-        "| verdict |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in table.to_dict("records"):
-        lines.append(
-            f"| {r['comparison']} | {r['n']} | {r['diff_points']:+.2f} ({r['ci_low_points']:+.2f} to "
-            f"{r['ci_high_points']:+.2f}) | {r['ahead']} of {r['n']} | {r['p_holm']:.3f} | "
-            f"{r['seconds_ratio']:.2f}x | {r['flops_ratio']:.2f}x | {r['verdict']} |"
-        )
+    lines += ["", *_table_lines(table)]
+    if controls is not None and len(controls):
+        lines += [
+            "",
+            f"Against the controls ({controls['label'].iloc[0]}: outside the family above, which they "
+            f"follow from; Holm over these {len(controls)}):",
+            "",
+            *_table_lines(controls),
+        ]
     reach = summary_doc.get("seconds_to_reach_static", {})
     for arm, ratio in reach.items():
         said = f"{ratio:.2f}x static's seconds" if math.isfinite(ratio) else "at none of its budgets"
@@ -230,3 +236,18 @@ def markdown(summary_doc: dict, table: pd.DataFrame) -> str:
             f"\nScoring difficulty (run {s['run']}) cost {s['seconds']:.0f} s, charged once to the study."
         )
     return "\n".join(lines) + "\n"
+
+
+def _table_lines(table: pd.DataFrame) -> list[str]:
+    lines = [
+        "| comparison | seeds | arm - against, points (95% CI) | ahead | p (Holm) | seconds | FLOPs "
+        "| verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table.to_dict("records"):
+        lines.append(
+            f"| {r['comparison']} | {r['n']} | {r['diff_points']:+.2f} ({r['ci_low_points']:+.2f} to "
+            f"{r['ci_high_points']:+.2f}) | {r['ahead']} of {r['n']} | {r['p_holm']:.3f} | "
+            f"{r['seconds_ratio']:.2f}x | {r['flops_ratio']:.2f}x | {r['verdict']} |"
+        )
+    return lines

@@ -16,7 +16,7 @@ from pipeline import evaluate
 from pipeline.data.tiers import TIER_NAMES
 from pipeline.study import queue, report
 from pipeline.study.cell import PHASE_TAG, STUDY_TAG, StudyRuns, static_description
-from pipeline.study.grid import Cell, comparisons
+from pipeline.study.grid import Cell, comparisons, control_comparisons
 from pipeline.study.protocol import METRIC, label
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.runs import RUN_TAGS
@@ -76,20 +76,23 @@ def evaluate_once(finished: dict[str, str], runs: StudyRuns, trial_number: int |
 def log_report(
     study: optuna.Study, configs: tuple, runs: StudyRuns, scoring: dict, grid: list[Cell]
 ) -> pd.DataFrame:
-    """The study's report on its parent run (``study/``) over ``grid``'s cells; the comparison table."""
+    """The study's report on its parent run (``study/``) over ``grid``'s cells; the comparison
+    table: the family's lines, then those of arms against their controls."""
     _, train_cfg, grid_cfg, study_cfg = configs
     arms, budgets, seeds = grid_cfg.parsed()
     done = queue.finished(study, grid)
     table_rows = rows(done, study_cfg.phase)
     preregistered = study_cfg.phase == "confirm"
-    table = report.compare(
-        table_rows, comparisons(arms, budgets), label(study_cfg.phase, seeds, preregistered)
-    )
+    family = comparisons(arms, budgets)
+    study_label = label(study_cfg.phase, seeds, preregistered)
+    table = report.compare(table_rows, family, study_label)
+    controls = control_comparisons(arms, budgets)
+    against_controls = report.compare(table_rows, controls, report.outside_family(study_label))
     points = report.frontier(table_rows)
     doc = {
         "study": study_cfg.study_name,
         "phase": study_cfg.phase,
-        "label": label(study_cfg.phase, seeds, preregistered),
+        "label": study_label,
         "metric": METRIC[study_cfg.phase],
         "seeds": ",".join(str(s) for s in seeds),
         "epochs": train_cfg.epochs,
@@ -107,9 +110,11 @@ def log_report(
         folder.mkdir()
         table_rows.to_csv(folder / "cells.csv", index=False)
         table.to_csv(folder / "comparisons.csv", index=False)
+        if controls:
+            against_controls.to_csv(folder / "controls.csv", index=False)
         points.to_csv(folder / "frontier.csv", index=False)
         (folder / "study.json").write_text(json.dumps(doc, indent=2, default=str))
-        (folder / "report.md").write_text(report.markdown(doc, table))
+        (folder / "report.md").write_text(report.markdown(doc, table, against_controls))
         # the means behind the comparisons: descriptive, whatever the comparisons' label
         seeds_line = report.seeds_shown(seeds, table_rows)
         title = f"study {study_cfg.study_name}: mean {doc['metric']} (exploratory), seeds {seeds_line}"
@@ -117,10 +122,10 @@ def log_report(
         client.log_artifacts(runs.parent_run_id, str(folder), "study")
     now = int(time.time() * 1000)
     metrics = [Metric("study/cells_finished", len(done), now, 0)]
-    for line in table.to_dict("records"):
-        name = f"{line['arm']}/{line['budget'].replace(':', '')}"
-        metrics += [Metric(f"compare/{name}/diff_points", line["diff_points"], now, 0)]
-        metrics += [Metric(f"compare/{name}/p_holm", line["p_holm"], now, 0)]
+    lines = [*table.to_dict("records"), *against_controls.to_dict("records")]
+    for c, line in zip([*family, *controls], lines):
+        metrics += [Metric(f"compare/{c.key}/diff_points", line["diff_points"], now, 0)]
+        metrics += [Metric(f"compare/{c.key}/p_holm", line["p_holm"], now, 0)]
     client.log_batch(runs.parent_run_id, metrics=[m for m in metrics if pd.notna(m.value)])
     client.set_tag(runs.parent_run_id, "study_label", doc["label"])
-    return table
+    return pd.concat([table, against_controls], ignore_index=True) if controls else table
