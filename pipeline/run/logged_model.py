@@ -14,9 +14,11 @@ import re
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import click
 import mlflow
 import numpy as np
 import torch
+from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
 from mlflow.types import Schema, TensorSpec
 
@@ -24,6 +26,7 @@ from models.builder import SpecNet
 from models.errors import UserError
 from models.io import PREPROCESS, WEIGHTS, save_model
 from pipeline.data.dataset import Data
+from pipeline.tracking.errors import one_line
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_ID_TAG = "logged_model_id"  # on a training run: its MLflow Model (models:/<id>)
@@ -101,25 +104,31 @@ def log_classifier(model: SpecNet, data: Data, name: str, tmp: Path) -> str:
     )
     # Named after its run; MLflow refuses / : . % and quotes in a model's name (prune0.3).
     model_name = re.sub(r"[/:.%\"']", "_", name) or "model"
-    _drop_earlier_attempts()
     info = _log(model_name=model_name, weights=weights, preprocess=preprocess, data=data)
     mlflow.set_tag(MODEL_ID_TAG, info.model_id)
+    _drop_earlier_attempts(keep=info.model_id)
     return info.model_id
 
 
-def _drop_earlier_attempts() -> None:
-    """Delete the models the active run logged before: an attempt stopped by a Ctrl-C while
-    MLflow wrote its model, and resumed (``--resume``), would otherwise show two, one of them
-    half-written. A run logs one model, so any earlier one is such an attempt's."""
+def _drop_earlier_attempts(keep: str) -> None:
+    """Delete the active run's models but ``keep``, the one it was just tagged with: an attempt
+    stopped by a Ctrl-C while MLflow wrote its model, and resumed (``--resume``), would otherwise
+    show two, one of them half-written. A run logs one model, so any other is such an attempt's.
+    Deleted only once the new one is logged and tagged, so the tag never names a deleted model;
+    a store that cannot search or delete them leaves them, said in one line (the run is sound)."""
     run = mlflow.active_run()
-    earlier = mlflow.search_logged_models(
-        experiment_ids=[run.info.experiment_id],
-        filter_string=f"source_run_id = '{run.info.run_id}'",
-        output_format="list",
-    )
-    client = mlflow.MlflowClient()
-    for model in earlier:
-        client.delete_logged_model(model.model_id)
+    try:
+        models = mlflow.search_logged_models(
+            experiment_ids=[run.info.experiment_id],
+            filter_string=f"source_run_id = '{run.info.run_id}'",
+            output_format="list",
+        )
+        client = mlflow.MlflowClient()
+        for model in models:
+            if model.model_id != keep:
+                client.delete_logged_model(model.model_id)
+    except MlflowException as err:
+        click.echo(f"note: an earlier attempt's model of this run was left ({one_line(err)})", err=True)
 
 
 def _log(model_name: str, weights: Path, preprocess: Path, data: Data):

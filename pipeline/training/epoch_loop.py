@@ -171,6 +171,7 @@ class _EpochLoop:
             state.average = WeightAverage(state.model, cfg.ema_decay)
         self.val_order = monitor.sample_order(data.val.y)
         self.watched = self._watched()
+        self.before_growth: _Network | None = None  # what this epoch's growth replaced (grow)
 
     def _watched(self) -> set[int]:
         """The epochs whose validation reads the whole split: around each growth event, the last."""
@@ -214,7 +215,8 @@ class _EpochLoop:
         trained would otherwise be what it logs and evaluates. Growth leaves the old model and
         its optimizer as they were (``models/growth.grow`` shares the unchanged modules, and no
         step has touched them since)."""
-        self.before_growth.restore(self)
+        if self.before_growth is not None:
+            self.before_growth.restore(self)
 
     def diet(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The epoch's examples (the plan's diet) and their loss weights (None: all 1)."""
@@ -242,7 +244,9 @@ class _EpochLoop:
 
     def after_training(self, epoch: int, stats: EpochStats, before: dict[str, float]) -> None:
         """The plan sees the examples' losses; a seconds budget settles what the epoch spent
-        and re-plans the run's epochs from it (``pipeline/budget/replan.py``)."""
+        and re-plans the run's epochs from it (``pipeline/budget/replan.py``). The epoch trained,
+        so its growth stays: what it replaced is let go."""
+        self.before_growth = None
         if stats.losses is not None:
             with timing.timed(self.parts, "diet"):
                 self.plan.record_losses(stats.order, stats.losses)
