@@ -78,7 +78,8 @@ def test_the_meter_refuses_the_step_that_would_overrun():
 def test_a_budget_that_ends_where_the_network_grows_ends_the_run_on_the_network_it_trained(small_data):
     """Spent to within less than a step when the growth epoch comes: the epoch grows, cannot pay
     one step of the grown network, and the run ends on what it trained, not on new layers that
-    never trained (which it would log and evaluate), with the growth gone from its trace and plan."""
+    never trained (which it would log and evaluate), with the growth gone from its trace and plan
+    and a checkpoint written where it stopped."""
     cfg = TrainConfig(epochs=4, batch_size=100, seed=5, lr=0.05)
     state = fresh_state(small_data, cfg)
     start_spec = state.model.spec
@@ -88,9 +89,12 @@ def test_a_budget_that_ends_where_the_network_grows_ends_the_run_on_the_network_
     plan = growing_plan(small_data, cfg, "2:conv(16)@after:pool1")
     assert plan.growth_epochs() == {2}
 
-    state = fit(state, small_data, cfg, plan, meter=meter)
+    written = []
+    keep_spec = lambda s, _: written.append(s.model.spec)
+    state = fit(state, small_data, cfg, plan, meter=meter, checkpoint=keep_spec)
 
     assert state.stop_reason == "budget" and state.epoch == 2 and len(state.history) == 2
+    assert written[-1] == start_spec  # the stop's checkpoint: a resume finds the run stopped there
     assert state.model.spec == start_spec
     assert state.trace.events == [] and plan.growth.applied == 0
     trained = {id(p) for p in state.model.parameters()}

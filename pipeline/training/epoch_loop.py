@@ -115,6 +115,7 @@ def fit(
         if stats.examples == 0:  # the budget could not pay for a single step of this epoch
             loop.undo_growth()  # the run ends on the network it trained, not on untrained layers
             state.stop_reason = "budget"
+            _write_checkpoint(checkpoint, state, plan, pace)  # a resume finds it stopped
             break
         loop.after_training(epoch, stats, before)
         metrics = loop.validate(epoch, events, stats, positions, epoch_start)
@@ -131,12 +132,23 @@ def fit(
             state.stop_reason = "budget"
         ended = state.stop_reason != "epochs"
         # the last one always: --resume finishes a run stopped while its model was logged
-        if checkpoint is not None and (ended or state.epoch >= state.progress.epochs or pace.due()):
-            with pace.writing(), timing.timed(parts, "checkpoint"):
-                checkpoint(state, plan)
+        if ended or state.epoch >= state.progress.epochs or pace.due():
+            _write_checkpoint(checkpoint, state, plan, pace)
     if state.average is not None:  # what was validated is what is logged and evaluated
         state.model.load_state_dict(state.average.model.state_dict())
     return state
+
+
+def _write_checkpoint(
+    checkpoint: Callable[[FitState, TrainingPlan], None] | None,
+    state: FitState,
+    plan: TrainingPlan,
+    pace: CheckpointPace,
+) -> None:
+    """``checkpoint(state, plan)`` where the run has one, its seconds the run's checkpoint's."""
+    if checkpoint is not None:
+        with pace.writing(), timing.timed(state.time_parts, "checkpoint"):
+            checkpoint(state, plan)
 
 
 class _EpochLoop:
