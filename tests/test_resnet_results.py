@@ -1,6 +1,7 @@
 """The residual checks' stored cells give their stored comparisons digit for digit: each folder
 of docs/results/resnet/ that a study wrote keeps every cell's test accuracy, seconds and FLOPs
-(cells.csv) beside what the study concluded from them (comparisons.csv)."""
+(cells.csv) beside what the study concluded from them (comparisons.csv, and controls.csv where
+an arm was set against its control)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ NUMBERS = ("n", "diff_points", "ci_low_points", "ci_high_points", "p_t", "ahead"
 NUMBERS += ("flops_ratio", "p_holm", "diff_points_easy", "diff_points_medium", "diff_points_hard")
 
 
-def recomputed(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    stored = pd.read_csv(folder / "comparisons.csv")
+def recomputed(folder: Path, table: str = "comparisons.csv") -> tuple[pd.DataFrame, pd.DataFrame]:
+    stored = pd.read_csv(folder / table)
     comparisons = []
     for line in stored.itertuples():
         against_arm, against = line.against.split("@")
@@ -33,9 +34,13 @@ def test_every_study_folder_is_found():
     assert {p.name for p in STUDIES} >= named
 
 
-@pytest.mark.parametrize("folder", STUDIES, ids=lambda p: p.name)
-def test_the_stored_cells_give_the_stored_comparisons(folder):
-    stored, table = recomputed(folder)
+# controls.csv: where an arm was set against its control
+TABLES = [(f, t) for f in STUDIES for t in ("comparisons.csv", "controls.csv") if (f / t).exists()]
+
+
+@pytest.mark.parametrize(("folder", "name"), TABLES, ids=lambda v: getattr(v, "name", v))
+def test_the_stored_cells_give_the_stored_comparisons(folder, name):
+    stored, table = recomputed(folder, name)
     assert list(table["comparison"]) == list(stored["comparison"])
     assert list(table["seeds"].astype(str)) == list(stored["seeds"].astype(str))
     assert list(table["verdict"]) == list(stored["verdict"])
