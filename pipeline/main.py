@@ -24,14 +24,15 @@ import mlflow
 from models.errors import UserError
 from pipeline.cli import ConfigError, build_config, config_options, help_text, opt
 from pipeline.codec import flat_params
-from pipeline.data.config import DataConfig
+from pipeline.data.config import DataConfig, dataset_name
 from pipeline.data.dataset import Data
 from pipeline.data.label_noise import check_noise
 from pipeline.data.splits import load_data
 from pipeline.precision import PRECISIONS
+from pipeline.run.logged_model import registry_name_problem
 from pipeline.study.command import final_network
 from pipeline.study.config import GridConfig
-from pipeline.study.grid import Budget, parse_budget
+from pipeline.study.grid import Budget, parse_budget, parse_seeds
 from pipeline.tracking.errors import UpstreamError
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.runs import tracked_run
@@ -51,7 +52,7 @@ class MainConfig:
     preset: str = opt("quick", "quick (minutes on a laptop), full (the whole study) or noise (label noise)")
     dataset: str = opt("fashion-mnist", "dataset of every step (see train_static --help)")
     data_dir: str = opt("", "where the dataset files are; empty: found automatically")
-    seeds: str = opt("", "comma-separated seeds; empty: the preset's")
+    seeds: str = opt("", "seeds, e.g. 0,1,2 or 300-304; empty: the preset's")
     epochs: int = opt(0, "training epochs; 0: the preset's")
     subset: int = opt(-1, "stratified examples per split; -1: the preset's, 0: all data")
     env_manager: str = opt("local", "environment manager for the steps: local, virtualenv, uv or conda")
@@ -92,10 +93,10 @@ def resolve_preset(cfg: MainConfig) -> Preset:
     if cfg.precision not in PRECISIONS:
         raise UpstreamError(f"--precision {cfg.precision!r}: use one of {', '.join(PRECISIONS)}")
     preset = PRESETS[cfg.preset]
-    try:
-        seeds = tuple(int(s) for s in cfg.seeds.split(",")) if cfg.seeds.strip() else preset.seeds
-    except ValueError:
-        raise UpstreamError(f"--seeds {cfg.seeds!r} must be integers separated by commas") from None
+    # the study's own reading (300-304, 300,302), refused here rather than after scoring
+    seeds = parse_seeds(cfg.seeds) if cfg.seeds.strip() else preset.seeds
+    if problem := registry_name_problem(champion_name(cfg)):
+        raise UpstreamError(f"--registered-model {champion_name(cfg)!r}: {problem}")
     if cfg.epochs < 0 or cfg.subset < -1:
         raise UpstreamError("--epochs must be >= 0 and --subset >= -1")
     try:
@@ -131,6 +132,11 @@ def resolve_preset(cfg: MainConfig) -> Preset:
     for rate in preset.label_noise:  # every level's noise is refused before any step runs
         check_noise(noise_config(cfg, preset, rate))
     return preset
+
+
+def champion_name(cfg: MainConfig) -> str:
+    """The Model Registry name of main's best model: ``--registered-model``, or one for the data."""
+    return cfg.registered_model or f"growing-cnn-{dataset_name(cfg.dataset)}"
 
 
 RECIPE = ("augment", "label_smoothing", "mixup", "weight_decay", "ema_decay")
@@ -209,8 +215,7 @@ def run(cfg: MainConfig) -> str:
             )
             training += run_studies(step, cfg.preset, preset, data_params, scores[rate], study_options)
         evaluation = step("evaluate", runs=",".join(training), run_name=f"evaluate-{cfg.preset}")
-        model_name = cfg.registered_model or f"growing-cnn-{data.name}"
-        record_outcome(step, training, scores, evaluation, model_name, smoke_caveat(preset))
+        record_outcome(step, training, scores, evaluation, champion_name(cfg), smoke_caveat(preset))
         return active.info.run_id
 
 

@@ -239,6 +239,11 @@ CASES = [
     Case("unknown preset", "main", ("--preset", "huge"), "--preset 'huge'"),
     Case("unknown augmentation in main", "main", ("--augment", "blur"), "--augment 'blur'"),
     Case("label smoothing of 1 in main", "main", ("--label-smoothing", "1"), "--label-smoothing must be"),
+    # refused before any step trains, not after (a registry name checked only at registration)
+    Case("negative seed in main", "main", ("--seeds", "-1"), "--seeds '-1'"),
+    Case("registry name with a slash in main", "main", ("--registered-model", "a/b"), "Names cannot contain"),
+    Case("registry name with a colon in tune", "tune", (*TINY, "--registered-model", "a:b"), "a:b"),
+    Case("study name the registry refuses", "tune", (*TINY, "--study-name", "lr/sw"), "--study-name, in"),
     # label noise
     Case(
         "label noise of 1", STATIC, (*TINY, "--label-noise", "1"), "--label-noise 1 must be a share in [0, 1)"

@@ -21,6 +21,7 @@ import torch
 from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
 from mlflow.types import Schema, TensorSpec
+from mlflow.utils.validation import _validate_model_name
 
 from models.builder import SpecNet
 from models.errors import UserError
@@ -142,6 +143,16 @@ def _log(model_name: str, weights: Path, preprocess: Path, data: Data):
         pip_requirements=list(serving_requirements()),
         metadata={"classes": list(data.classes), "dataset": data.name},
     )
+
+
+def registry_name_problem(name: str) -> str:
+    """Why the Model Registry would refuse ``name`` (MLflow's own check), or '' where it takes
+    it: asked before a step trains, not after, when the champion is registered."""
+    try:
+        _validate_model_name(name)
+    except MlflowException as err:
+        return err.message
+    return ""
 
 
 def register_champion(run_ids: list[str], registered_name: str, metric: str = "final/val_acc") -> str:

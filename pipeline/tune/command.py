@@ -219,9 +219,7 @@ def run(
             codes = [0]
         summary = log_report(study, parent)
         best_runs = [b["mlflow_run_id"] for b in report.best_records(study) if b["mlflow_run_id"]]
-        champion = register_champion(
-            best_runs, study_cfg.registered_model or f"growing-cnn-{study_cfg.study_name}"
-        )
+        champion = register_champion(best_runs, study_cfg.registry_name)
         if champion:
             mlflow.MlflowClient().set_tag(parent, "champion", champion)
             click.echo(f"the best trial's model is {champion}", err=True)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from models.growth import DEFAULT_GROWTH_INIT
 from pipeline.cli import ConfigError, opt, option_name
 from pipeline.data.config import DataConfig
+from pipeline.run.logged_model import registry_name_problem
 from pipeline.training.config import TrainConfig
 from pipeline.tune import search_space
 
@@ -92,7 +93,15 @@ class StudyConfig:
             raise ConfigError("--n-trials, --max-retry and --wait-s must be 0 or more")
         if not self.study_name.strip():
             raise ConfigError("--study-name must not be empty")
+        if problem := registry_name_problem(self.registry_name):
+            given = "--registered-model" if self.registered_model else "--study-name, in the model's name"
+            raise ConfigError(f"{given}: {problem}")
         return self
+
+    @property
+    def registry_name(self) -> str:
+        """The Model Registry name of the best trial's model."""
+        return self.registered_model or f"growing-cnn-{self.study_name}"
 
 
 CONFIGS = (DataConfig, TrainConfig, SpaceConfig, StudyConfig)
