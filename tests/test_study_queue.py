@@ -1,18 +1,22 @@
 """The study's queue on a real Optuna storage (SQLite), with a stand-in for training: a cell the
 grid no longer has is not trained, a cell whose trial another worker failed as stale while it
 trained does not stop the worker that trained it, nor count, and a dead worker's cell is queued
-again whatever it left behind (a deferred mark, a run on a tracking server that does not answer)."""
+again whatever it left behind (a deferred mark, a run on a tracking server that does not answer),
+its run closed FAILED unless its worker closed it; a study whose parent run was deleted is refused."""
 
 from __future__ import annotations
 
 import mlflow
+import pytest
 from optuna.trial import TrialState
 
+from pipeline.cli import ConfigError
 from pipeline.study import grid, queue
 from pipeline.study.config import StudyConfig
 from pipeline.study.grid import Budget
+from pipeline.tracking.errors import FAILURE_TAG
 from pipeline.tune.report import ATTR_RUN_ID
-from pipeline.tune.study import StaleTrialCallback
+from pipeline.tune.study import STUDY_PARENT, StaleTrialCallback, check_parent
 
 
 def _queue(tmp_path):
@@ -86,3 +90,39 @@ def test_a_dead_workers_cell_is_queued_again_though_its_run_cannot_be_closed(tmp
     assert [t.user_attrs[queue.CELL_ATTR] for t in waiting] == [key]
     said = capsys.readouterr().err
     assert "queued a retry" in said and "its run could not be closed" in said
+
+
+def test_a_dead_workers_run_is_closed_failed_but_one_its_worker_closed_keeps_its_end(tmp_path, tracking):
+    # A worker stopped by a signal closes its run KILLED itself; Optuna leaves its trial RUNNING,
+    # so the next worker finds it stale: that must not rewrite the KILLED as FAILED.
+    study = _queue(tmp_path)
+    client = mlflow.MlflowClient()
+    experiment = mlflow.get_experiment_by_name("test").experiment_id
+    lost, stopped = (client.create_run(experiment).info.run_id for _ in range(2))
+    client.set_terminated(stopped, "KILLED")
+    for seed, run_id in ((1, lost), (2, stopped)):
+        study.enqueue_trial({}, user_attrs={queue.CELL_ATTR: f"static@epochs#{seed}", ATTR_RUN_ID: run_id})
+        trial = study.ask()
+        study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+
+    callback = StaleTrialCallback(max_retry=3)
+    for trial in study.get_trials(states=(TrialState.FAIL,)):
+        callback(study, trial)
+
+    assert client.get_run(lost).info.status == "FAILED"
+    assert "worker lost" in client.get_run(lost).data.tags[FAILURE_TAG]
+    assert (
+        client.get_run(stopped).info.status == "KILLED"
+        and FAILURE_TAG not in client.get_run(stopped).data.tags
+    )
+
+
+def test_a_study_whose_parent_run_was_deleted_is_refused_in_one_line(tmp_path, tracking):
+    study = _queue(tmp_path)
+    client = mlflow.MlflowClient()
+    parent = client.create_run(mlflow.get_experiment_by_name("test").experiment_id).info.run_id
+    study.set_user_attr(STUDY_PARENT, parent)
+    assert check_parent(study) == parent
+    client.delete_run(parent)
+    with pytest.raises(ConfigError, match=f"run {parent}, which is deleted; restore it"):
+        check_parent(study)

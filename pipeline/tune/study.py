@@ -54,7 +54,8 @@ def redact(url: str) -> str:
 
 
 class StaleTrialCallback:
-    """A dead worker's trial: queue a retry (while retries are left), then close its MLflow run as FAILED."""
+    """A dead worker's trial: queue a retry (while retries are left), then close its MLflow run as
+    FAILED where it is still RUNNING (a worker stopped by a signal closed it KILLED itself)."""
 
     def __init__(self, max_retry: int):
         self.retry = RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
@@ -72,6 +73,8 @@ class StaleTrialCallback:
         why = f"worker lost: no heartbeat within the grace period; {'retried' if retried else what}"
         try:
             for run_id in trial_run_ids(client, study, trial):
+                if client.get_run(run_id).info.status != "RUNNING":
+                    continue  # its worker closed it (KILLED by a Ctrl-C): that end stands
                 client.set_tag(run_id, "trial_state", "FAIL")
                 client.set_tag(run_id, FAILURE_TAG, why)
                 client.set_terminated(run_id, "FAILED")
@@ -228,12 +231,20 @@ def wait_for_study(url: str, study_cfg: StudyConfig, epochs: int, worker_index: 
 
 
 def check_parent(study: optuna.Study) -> str:
+    """The study's parent run, refused in one line where it is not in this tracking store or
+    was deleted (MLflow would not reopen it: a traceback, or after every trial a report that
+    cannot be logged)."""
     parent = study.user_attrs[STUDY_PARENT]
     try:
-        mlflow.MlflowClient().get_run(parent)
+        run = mlflow.MlflowClient().get_run(parent)
     except mlflow.exceptions.MlflowException:
         raise ConfigError(
             f"study {study.study_name!r} logs to MLflow run {parent}, which is not in tracking store "
             f"{redact(mlflow.get_tracking_uri())}: use the study's tracking store or another --study-name"
         ) from None
+    if run.info.lifecycle_stage == "deleted":
+        raise ConfigError(
+            f"study {study.study_name!r} logs to MLflow run {parent}, which is deleted; restore it "
+            "(mlflow runs restore) or choose another --study-name"
+        )
     return parent
