@@ -86,6 +86,31 @@ def test_a_study_resumes_by_name_under_its_one_parent_run(tracking, tmp_path, mo
     assert "error: --epochs 3 differs from study 'tune', which was created with 2" in changed.output
 
 
+def test_a_study_whose_workers_were_all_killed_is_finished_by_its_parent(tracking, tmp_path, monkeypatch):
+    """Both workers killed (by the OOM killer, say), one leaving its trial RUNNING with a stopped
+    heartbeat: the parent retries it once stale and trains what is missing, so it does not end
+    FINISHED on a report with a trial still RUNNING and none to take it."""
+    from pipeline.tune import command
+
+    def workers_killed(n, configs, url):
+        study = optuna.load_study(study_name="tune", storage=url)
+        trial = study.ask()  # taken by a worker, which then died
+        study._storage.record_heartbeat(trial._trial_id)
+        return [-9] * n
+
+    monkeypatch.setattr(command, "run_worker_processes", workers_killed)
+    args = [*SMALL, "--n-trials", "2", "--pruner", "none", "--workers", "2"]
+    result = CliRunner().invoke(tune.main, [*args, "--heartbeat-interval", "1", "--grace-period", "2"])
+
+    assert result.exit_code == 0, result.output
+    study = _study(tmp_path)
+    assert not [t for t in study.trials if t.state.name == "RUNNING"]
+    assert study.trials[0].state.name == "FAIL"  # the dead worker's, retried
+    assert [t.system_attrs.get("failed_trial") for t in study.trials].count(0) == 1
+    assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials) >= 2
+    assert mlflow.get_run(study.user_attrs[STUDY_PARENT]).info.status == "FINISHED"
+
+
 def _mlflow_run_tune(tracking, log, *params: str) -> subprocess.Popen:
     args = [sys.executable, "-m", "mlflow", "run", str(REPO), "-e", "tune", "--env-manager", "local"]
     for p in params:

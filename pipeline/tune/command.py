@@ -212,11 +212,11 @@ def run(
         elif parent != this_run:  # `mlflow run` resumed the study in a run of its own
             mlflow.set_tags({"tune_role": "resume", "study_parent_run_id": parent})
         click.echo(f"study {study_cfg.study_name!r} in {redact(url)}; parent run {parent}", err=True)
-        if study_cfg.workers > 1:
-            codes = run_worker_processes(study_cfg.workers, configs, url)
-        else:
+        codes = run_worker_processes(study_cfg.workers, configs, url) if study_cfg.workers > 1 else [0]
+        if not any(code > 0 for code in codes):
+            # Here, or after the workers: what a killed one left RUNNING is retried once its
+            # heartbeat is stale, so the report never rests on trials still RUNNING.
             Worker(data, configs, study).work(study_cfg.n_trials)
-            codes = [0]
         summary = log_report(study, parent)
         best_runs = [b["mlflow_run_id"] for b in report.best_records(study) if b["mlflow_run_id"]]
         champion = register_champion(best_runs, study_cfg.registry_name)
