@@ -111,6 +111,32 @@ def test_a_study_whose_workers_were_all_killed_is_finished_by_its_parent(trackin
     assert mlflow.get_run(study.user_attrs[STUDY_PARENT]).info.status == "FINISHED"
 
 
+def test_a_worker_whose_trial_was_failed_as_stale_while_it_stalled_goes_on(tracking, tmp_path, monkeypatch):
+    """A worker that stalled past the grace period (a laptop asleep) finds its trial failed as
+    stale by another: it says so and goes on to the next trial instead of a traceback."""
+    from pipeline.tune import worker
+
+    fit, failed = worker.fit, []
+
+    def stalled_then_fit(*args, **kwargs):
+        if not failed:  # meanwhile another worker found the heartbeat stale and failed the trial
+            study = _study(tmp_path)
+            (running,) = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+            study._storage.set_trial_state_values(running._trial_id, optuna.trial.TrialState.FAIL)
+            failed.append(running.number)
+        return fit(*args, **kwargs)
+
+    monkeypatch.setattr(worker, "fit", stalled_then_fit)
+    result = CliRunner().invoke(tune.main, [*SMALL, "--n-trials", "2", "--pruner", "none"])
+
+    assert result.exit_code == 0, result.output
+    assert f"trial {failed[0]}: failed as stale (no heartbeat) while this worker was stalled" in result.stderr
+    study = _study(tmp_path)
+    assert study.trials[failed[0]].state.name == "FAIL"
+    assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials) >= 2
+    assert mlflow.get_run(study.user_attrs[STUDY_PARENT]).info.status == "FINISHED"
+
+
 def _mlflow_run_tune(tracking, log, *params: str) -> subprocess.Popen:
     args = [sys.executable, "-m", "mlflow", "run", str(REPO), "-e", "tune", "--env-manager", "local"]
     for p in params:

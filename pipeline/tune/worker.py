@@ -142,6 +142,9 @@ class Worker:
         self.on_device = data.to(self.device)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.code_version = code_version()
+        # A trial of this worker was failed as stale elsewhere while this worker stalled (a
+        # laptop asleep, a storage that hung): Optuna then cannot tell it (``work``).
+        self.orphaned = False
 
     def configs(
         self, candidate: search_space.Candidate
@@ -165,6 +168,29 @@ class Worker:
         return train, growth, curriculum
 
     def objective(self, trial: optuna.Trial) -> float | tuple[float, float]:
+        """A trial, as ``_objective`` trains it; one failed as stale meanwhile is said once and
+        not counted (the stale check queued its retry while retries are left)."""
+        try:
+            value = self._objective(trial)
+        except Exception:  # an error, or a pruned trial (a Ctrl-C leaves it to the stale check)
+            self._check_still_running(trial)
+            raise
+        self._check_still_running(trial)
+        return value
+
+    def _check_still_running(self, trial: optuna.Trial) -> None:
+        if trial.number in {
+            t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        }:
+            return
+        self.orphaned = True
+        click.echo(
+            f"trial {trial.number}: failed as stale (no heartbeat) while this worker was stalled; "
+            "not counted (retried while retries are left)",
+            err=True,
+        )
+
+    def _objective(self, trial: optuna.Trial) -> float | tuple[float, float]:
         frozen = next(
             t
             for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
@@ -305,7 +331,12 @@ class Worker:
             waiting = any(t.state == TrialState.WAITING for t in trials)
             if waiting or sum(counted(t) for t in trials) < n_trials:
                 # optimize (not ask/tell): it beats the heartbeat and fails stale trials first.
-                self.study.optimize(self.objective, n_trials=1)
+                try:
+                    self.study.optimize(self.objective, n_trials=1)
+                except ValueError:  # Optuna cannot tell a trial already failed as stale
+                    if not self.orphaned:
+                        raise
+                    self.orphaned = False
                 ran += 1
                 continue
             if heartbeat and any(t.state == TrialState.RUNNING for t in trials):
