@@ -90,11 +90,11 @@ def test_a_budget_that_ends_where_the_network_grows_ends_the_run_on_the_network_
     assert plan.growth_epochs() == {2}
 
     written = []
-    keep_spec = lambda s, _: written.append(s.model.spec)
-    state = fit(state, small_data, cfg, plan, meter=meter, checkpoint=keep_spec)
+    keep = lambda s, _: written.append((s.epoch, s.stop_reason, s.model.spec))
+    state = fit(state, small_data, cfg, plan, meter=meter, checkpoint=keep)
 
     assert state.stop_reason == "budget" and state.epoch == 2 and len(state.history) == 2
-    assert written[-1] == start_spec  # the stop's checkpoint: a resume finds the run stopped there
+    assert written[-1] == (2, "budget", start_spec)  # a resume finds the run stopped there
     assert state.model.spec == start_spec
     assert state.trace.events == [] and plan.growth.applied == 0
     trained = {id(p) for p in state.model.parameters()}

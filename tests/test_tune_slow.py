@@ -111,28 +111,37 @@ def test_a_study_whose_workers_were_all_killed_is_finished_by_its_parent(trackin
     assert mlflow.get_run(study.user_attrs[STUDY_PARENT]).info.status == "FINISHED"
 
 
-def test_a_worker_whose_trial_was_failed_as_stale_while_it_stalled_goes_on(tracking, tmp_path, monkeypatch):
+@pytest.mark.parametrize("stalled_in", ["fit", "log_model"])
+def test_a_worker_whose_trial_was_failed_as_stale_while_it_stalled_goes_on(
+    tracking, tmp_path, monkeypatch, stalled_in
+):
     """A worker that stalled past the grace period (a laptop asleep) finds its trial failed as
-    stale by another: it says so and goes on to the next trial instead of a traceback."""
+    stale by another, while training (its next write to the trial is refused) or after it (its
+    value cannot be told): it says so, closes the trial's run FAILED and goes on to the next
+    trial instead of a traceback."""
     from pipeline.tune import worker
 
-    fit, failed = worker.fit, []
+    owner = worker.TrialRun if stalled_in == "log_model" else worker
+    real, failed = getattr(owner, stalled_in), []
 
-    def stalled_then_fit(*args, **kwargs):
+    def stalled_then(*args, **kwargs):
         if not failed:  # meanwhile another worker found the heartbeat stale and failed the trial
             study = _study(tmp_path)
             (running,) = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
             study._storage.set_trial_state_values(running._trial_id, optuna.trial.TrialState.FAIL)
             failed.append(running.number)
-        return fit(*args, **kwargs)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(worker, "fit", stalled_then_fit)
+    monkeypatch.setattr(owner, stalled_in, stalled_then)
     result = CliRunner().invoke(tune.main, [*SMALL, "--n-trials", "2", "--pruner", "none"])
 
     assert result.exit_code == 0, result.output
     assert f"trial {failed[0]}: failed as stale (no heartbeat) while this worker was stalled" in result.stderr
     study = _study(tmp_path)
-    assert study.trials[failed[0]].state.name == "FAIL"
+    orphan = study.trials[failed[0]]
+    assert orphan.state.name == "FAIL"
+    run = mlflow.get_run(orphan.user_attrs["mlflow_run_id"])
+    assert run.info.status == "FAILED" and "while this worker was stalled" in run.data.tags["failure_reason"]
     assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials) >= 2
     assert mlflow.get_run(study.user_attrs[STUDY_PARENT]).info.status == "FINISHED"
 

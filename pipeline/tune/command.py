@@ -72,6 +72,7 @@ from pipeline.tune.study import (
     check_definition,
     check_parent,
     default_storage,
+    make_sampler,
     make_storage,
     open_study,
     redact,
@@ -212,7 +213,11 @@ def run(
         elif parent != this_run:  # `mlflow run` resumed the study in a run of its own
             mlflow.set_tags({"tune_role": "resume", "study_parent_run_id": parent})
         click.echo(f"study {study_cfg.study_name!r} in {redact(url)}; parent run {parent}", err=True)
-        codes = run_worker_processes(study_cfg.workers, configs, url) if study_cfg.workers > 1 else [0]
+        codes = [0]
+        if study_cfg.workers > 1:
+            codes = run_worker_processes(study_cfg.workers, configs, url)
+            # after workers 0 .. n-1, this process samples as one more, not as worker 0 again
+            study.sampler = make_sampler(study_cfg, study_cfg.workers)
         if not any(code > 0 for code in codes):
             # Here, or after the workers: what a killed one left RUNNING is retried once its
             # heartbeat is stale, so the report never rests on trials still RUNNING.

@@ -94,8 +94,9 @@ class StudyConfig:
         if not self.study_name.strip():
             raise ConfigError("--study-name must not be empty")
         if problem := registry_name_problem(self.registry_name):
-            given = "--registered-model" if self.registered_model else "--study-name, in the model's name"
-            raise ConfigError(f"{given}: {problem}")
+            if self.registered_model:
+                raise ConfigError(f"--registered-model: {problem}")
+            raise ConfigError(f"--study-name, in the model's name: {problem}; pass --registered-model")
         return self
 
     @property

@@ -55,7 +55,7 @@ def redact(url: str) -> str:
 
 class StaleTrialCallback:
     """A dead worker's trial: queue a retry (while retries are left), then close its MLflow run as
-    FAILED where it is still RUNNING (a worker stopped by a signal closed it KILLED itself)."""
+    FAILED, unless its worker closed it KILLED (stopped by a signal: Optuna never heard)."""
 
     def __init__(self, max_retry: int):
         self.retry = RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
@@ -73,8 +73,8 @@ class StaleTrialCallback:
         why = f"worker lost: no heartbeat within the grace period; {'retried' if retried else what}"
         try:
             for run_id in trial_run_ids(client, study, trial):
-                if client.get_run(run_id).info.status != "RUNNING":
-                    continue  # its worker closed it (KILLED by a Ctrl-C): that end stands
+                if client.get_run(run_id).info.status == "KILLED":
+                    continue  # its worker closed it on a Ctrl-C or SIGTERM: that end stands
                 client.set_tag(run_id, "trial_state", "FAIL")
                 client.set_tag(run_id, FAILURE_TAG, why)
                 client.set_terminated(run_id, "FAILED")

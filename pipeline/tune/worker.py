@@ -124,6 +124,10 @@ class TrialRun:
         self.client.set_terminated(self.run_id, status)
 
 
+class StaleTrialError(RuntimeError):
+    """This worker's trial was failed as stale elsewhere while it trained (the worker stalled)."""
+
+
 class Worker:
     """Runs trials of one study in this process, on data loaded once."""
 
@@ -175,20 +179,29 @@ class Worker:
         except Exception:  # an error, or a pruned trial (a Ctrl-C leaves it to the stale check)
             self._check_still_running(trial)
             raise
-        self._check_still_running(trial)
+        if not self._check_still_running(trial):
+            # Optuna takes a value for a failed trial for a bug ("Should not reach"); an error
+            # ends in the "Cannot tell" that ``work`` expects of such a trial
+            raise StaleTrialError(f"trial {trial.number} was failed as stale while it trained")
         return value
 
-    def _check_still_running(self, trial: optuna.Trial) -> None:
-        if trial.number in {
-            t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        }:
-            return
+    def _check_still_running(self, trial: optuna.Trial) -> bool:
+        """Whether ``trial`` is still RUNNING; if not, this worker is marked orphaned and says so."""
+        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if trial.number in {t.number for t in running}:
+            return True
         self.orphaned = True
-        click.echo(
-            f"trial {trial.number}: failed as stale (no heartbeat) while this worker was stalled; "
-            "not counted (retried while retries are left)",
-            err=True,
+        why = (
+            "failed as stale (no heartbeat) while this worker was stalled; not counted "
+            "(retried while retries are left)"
         )
+        click.echo(f"trial {trial.number}: {why}", err=True)
+        run_id = trial.user_attrs.get(report.ATTR_RUN_ID)
+        if run_id:  # its run ends as its trial did, whatever the stalled worker closed it as
+            client = mlflow.MlflowClient()
+            client.log_batch(run_id, tags=[RunTag("trial_state", "FAIL"), RunTag(FAILURE_TAG, why)])
+            client.set_terminated(run_id, "FAILED")
+        return False
 
     def _objective(self, trial: optuna.Trial) -> float | tuple[float, float]:
         frozen = next(
