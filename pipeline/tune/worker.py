@@ -17,6 +17,7 @@ import optuna
 import pandas as pd
 import torch
 from mlflow.entities import Metric, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
@@ -124,8 +125,10 @@ class TrialRun:
         self.client.set_terminated(self.run_id, status)
 
 
-class StaleTrialError(RuntimeError):
-    """This worker's trial was failed as stale elsewhere while it trained (the worker stalled)."""
+STALE = (
+    "failed as stale (no heartbeat) while this worker was stalled; not counted "
+    "(retried while retries are left)"
+)
 
 
 class Worker:
@@ -172,35 +175,41 @@ class Worker:
         return train, growth, curriculum
 
     def objective(self, trial: optuna.Trial) -> float | tuple[float, float]:
-        """A trial, as ``_objective`` trains it; one failed as stale meanwhile is said once and
-        not counted (the stale check queued its retry while retries are left)."""
+        """A trial, as ``_objective`` trains it; one failed as stale meanwhile (this worker
+        stalled past the grace period) is said once, its run closed FAILED, and not counted (the
+        stale check queued its retry while retries are left). It ends as a prune, which Optuna
+        logs without a traceback and cannot tell (``work`` expects that of such a trial)."""
         try:
             value = self._objective(trial)
         except Exception:  # an error, or a pruned trial (a Ctrl-C leaves it to the stale check)
-            self._check_still_running(trial)
-            raise
-        if not self._check_still_running(trial):
-            # Optuna takes a value for a failed trial for a bug ("Should not reach"); an error
-            # ends in the "Cannot tell" that ``work`` expects of such a trial
-            raise StaleTrialError(f"trial {trial.number} was failed as stale while it trained")
+            if self._still_running(trial):
+                raise
+            raise optuna.TrialPruned(STALE) from None
+        if not self._still_running(trial):
+            raise optuna.TrialPruned(STALE)
         return value
 
-    def _check_still_running(self, trial: optuna.Trial) -> bool:
-        """Whether ``trial`` is still RUNNING; if not, this worker is marked orphaned and says so."""
-        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    def _still_running(self, trial: optuna.Trial) -> bool:
+        """Whether ``trial`` is still RUNNING (taken as so where the storage cannot say: the
+        trial's own end then stands); if not, this worker is marked orphaned and the trial's run
+        closed FAILED."""
+        try:
+            running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        except Exception as err:  # the trial's own end is what to report
+            click.echo(f"trial {trial.number}: its state could not be read ({one_line(err)})", err=True)
+            return True
         if trial.number in {t.number for t in running}:
             return True
         self.orphaned = True
-        why = (
-            "failed as stale (no heartbeat) while this worker was stalled; not counted "
-            "(retried while retries are left)"
-        )
-        click.echo(f"trial {trial.number}: {why}", err=True)
+        click.echo(f"trial {trial.number}: {STALE}", err=True)
         run_id = trial.user_attrs.get(report.ATTR_RUN_ID)
-        if run_id:  # its run ends as its trial did, whatever the stalled worker closed it as
-            client = mlflow.MlflowClient()
-            client.log_batch(run_id, tags=[RunTag("trial_state", "FAIL"), RunTag(FAILURE_TAG, why)])
-            client.set_terminated(run_id, "FAILED")
+        try:
+            if run_id:  # its run ends as its trial did, whatever the stalled worker closed it as
+                client = mlflow.MlflowClient()
+                client.log_batch(run_id, tags=[RunTag("trial_state", "FAIL"), RunTag(FAILURE_TAG, STALE)])
+                client.set_terminated(run_id, "FAILED")
+        except MlflowException as err:
+            click.echo(f"trial {trial.number}: its run could not be closed ({one_line(err)})", err=True)
         return False
 
     def _objective(self, trial: optuna.Trial) -> float | tuple[float, float]:
