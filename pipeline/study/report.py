@@ -41,9 +41,8 @@ def _ratio(rows: pd.DataFrame, c: Comparison, column: str) -> dict:
 
 def compare(rows: pd.DataFrame, comparisons: list[Comparison], label: str) -> pd.DataFrame:
     """One line per comparison: the arm minus what it is set against (static, or its control) in
-    points, paired by seed, with the 95%
-    t interval, the paired t test's p and its Holm adjustment over all lines, the seconds and
-    FLOPs ratios as spent and each tier's difference."""
+    points, paired by seed, with the 95% t interval, the paired t test's p and its Holm
+    adjustment over all lines, the seconds and FLOPs ratios as spent and each tier's difference."""
     lines = []
     for c in comparisons:
         seeds, a, b = _paired(rows, c, "acc")
