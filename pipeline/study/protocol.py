@@ -39,6 +39,7 @@ GATED_SEEDS: dict[tuple[int, int], str] = {
     (921, 925): "the residual equal-epochs check at 8 epochs on the CPU: their test split was read",
     (926, 929): "the residual widening check at static's seconds on the CPU: their test split was read",
     (931, 934): "the replication of the residual widening check on the CPU: their test split was read",
+    (935, 937): "the widened residual network's random-order control: their test split was read",
 }
 
 
