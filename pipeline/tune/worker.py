@@ -49,7 +49,7 @@ from pipeline.training.loop import DivergenceError
 from pipeline.training.probes import standard_probes
 from pipeline.training.state import FitState, new_state
 from pipeline.tune import report, search_space
-from pipeline.tune.config import ENTRY_POINT, OBJECTIVES
+from pipeline.tune.config import ENTRY_POINT, OBJECTIVES, SpaceConfig
 from pipeline.tune.study import (
     STUDY_EXPERIMENT,
     STUDY_PARENT,
@@ -149,68 +149,22 @@ class Worker:
         self.on_device = data.to(self.device)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.code_version = code_version()
-        # A trial of this worker was failed as stale elsewhere while this worker stalled (a
-        # laptop asleep, a storage that hung): Optuna then cannot tell it (``work``).
-        self.orphaned = False
-
-    def configs(
-        self, candidate: search_space.Candidate
-    ) -> tuple[TrainConfig, GrowthConfig, DynamicCurriculumConfig]:
-        """The train_dynamic configs that train this candidate, so a trial can be rerun there."""
-        train = dataclasses.replace(self.train_cfg, lr=candidate.lr)
-        growth = GrowthConfig(
-            start_spec=self.space_cfg.start_spec,
-            schedule=candidate.schedule() or "none",
-            growth_init=self.space_cfg.growth_init,
-        )
-        unused = DynamicCurriculumConfig()  # a pacing that does not use a or b keeps the default
-        curriculum = DynamicCurriculumConfig(
-            scores_run=self.scores_run_id or "none",
-            pacing=candidate.pacing,
-            pacing_a=unused.pacing_a if candidate.pacing_a is None else candidate.pacing_a,
-            pacing_b=unused.pacing_b if candidate.pacing_b is None else candidate.pacing_b,
-            difficulty_score=self.space_cfg.difficulty_score,
-            prune=curriculum_pruning(candidate.pacing),
-        )
-        return train, growth, curriculum
+        self.orphaned = False  # its trial was failed as stale while it stalled (``objective``)
 
     def objective(self, trial: optuna.Trial) -> float | tuple[float, float]:
-        """A trial, as ``_objective`` trains it; one failed as stale meanwhile (this worker
-        stalled past the grace period) is said once, its run closed FAILED, and not counted (the
-        stale check queued its retry while retries are left). It ends as a prune, which Optuna
-        logs without a traceback and cannot tell (``work`` expects that of such a trial)."""
+        """``_objective``; a trial failed as stale meanwhile (``still_running``) ends as a prune,
+        which Optuna logs without a traceback and cannot tell (``work`` expects that)."""
         try:
             value = self._objective(trial)
         except Exception:  # an error, or a pruned trial (a Ctrl-C leaves it to the stale check)
-            if self._still_running(trial):
+            self.orphaned = not still_running(self.study, trial)
+            if not self.orphaned:
                 raise
             raise optuna.TrialPruned(STALE) from None
-        if not self._still_running(trial):
+        self.orphaned = not still_running(self.study, trial)
+        if self.orphaned:
             raise optuna.TrialPruned(STALE)
         return value
-
-    def _still_running(self, trial: optuna.Trial) -> bool:
-        """Whether ``trial`` is still RUNNING (taken as so where the storage cannot say: the
-        trial's own end then stands); if not, this worker is marked orphaned and the trial's run
-        closed FAILED."""
-        try:
-            running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        except Exception as err:  # the trial's own end is what to report
-            click.echo(f"trial {trial.number}: its state could not be read ({one_line(err)})", err=True)
-            return True
-        if trial.number in {t.number for t in running}:
-            return True
-        self.orphaned = True
-        click.echo(f"trial {trial.number}: {STALE}", err=True)
-        run_id = trial.user_attrs.get(report.ATTR_RUN_ID)
-        try:
-            if run_id:  # its run ends as its trial did, whatever the stalled worker closed it as
-                client = mlflow.MlflowClient()
-                client.log_batch(run_id, tags=[RunTag("trial_state", "FAIL"), RunTag(FAILURE_TAG, STALE)])
-                client.set_terminated(run_id, "FAILED")
-        except MlflowException as err:
-            click.echo(f"trial {trial.number}: its run could not be closed ({one_line(err)})", err=True)
-        return False
 
     def _objective(self, trial: optuna.Trial) -> float | tuple[float, float]:
         frozen = next(
@@ -220,7 +174,9 @@ class Worker:
         )
         retry_of = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen)
         candidate = search_space.suggest(trial, self.space)
-        train_cfg, growth_cfg, curriculum_cfg = self.configs(candidate)
+        train_cfg, growth_cfg, curriculum_cfg = trial_configs(
+            self.train_cfg, self.space_cfg, self.scores_run_id, candidate
+        )
         options = train_dynamic_options(self.data_cfg, train_cfg, growth_cfg, curriculum_cfg)
         # What a retry copied from the dead trial is overwritten first; the run id, known only
         # once the run exists, follows at once (the stale-trial callback can also find the run
@@ -406,3 +362,49 @@ def _judge(
         trial.set_user_attr(report.ATTR_FAIL, reason)
         trial.set_user_attr(report.ATTR_PRUNED_AT, state.epoch)
         raise optuna.TrialPruned(reason)
+
+
+def trial_configs(
+    train_cfg: TrainConfig, space_cfg: SpaceConfig, scores_run_id: str, candidate: search_space.Candidate
+) -> tuple[TrainConfig, GrowthConfig, DynamicCurriculumConfig]:
+    """The train_dynamic configs that train this candidate, so a trial can be rerun there."""
+    train = dataclasses.replace(train_cfg, lr=candidate.lr)
+    growth = GrowthConfig(
+        start_spec=space_cfg.start_spec,
+        schedule=candidate.schedule() or "none",
+        growth_init=space_cfg.growth_init,
+    )
+    unused = DynamicCurriculumConfig()  # a pacing that does not use a or b keeps the default
+    curriculum = DynamicCurriculumConfig(
+        scores_run=scores_run_id or "none",
+        pacing=candidate.pacing,
+        pacing_a=unused.pacing_a if candidate.pacing_a is None else candidate.pacing_a,
+        pacing_b=unused.pacing_b if candidate.pacing_b is None else candidate.pacing_b,
+        difficulty_score=space_cfg.difficulty_score,
+        prune=curriculum_pruning(candidate.pacing),
+    )
+    return train, growth, curriculum
+
+
+def still_running(study: optuna.Study, trial: optuna.Trial) -> bool:
+    """Whether ``trial`` is still RUNNING (taken as so where the storage cannot say: the trial's
+    own end then stands). If not, it was failed as stale while its worker stalled past the grace
+    period (a laptop asleep): said once, and its run closed FAILED, whatever the worker closed it
+    as; the stale check queued its retry while retries are left."""
+    try:
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    except Exception as err:  # the trial's own end is what to report
+        click.echo(f"trial {trial.number}: its state could not be read ({one_line(err)})", err=True)
+        return True
+    if trial.number in {t.number for t in running}:
+        return True
+    click.echo(f"trial {trial.number}: {STALE}", err=True)
+    run_id = trial.user_attrs.get(report.ATTR_RUN_ID)
+    try:
+        if run_id:
+            client = mlflow.MlflowClient()
+            client.log_batch(run_id, tags=[RunTag("trial_state", "FAIL"), RunTag(FAILURE_TAG, STALE)])
+            client.set_terminated(run_id, "FAILED")
+    except MlflowException as err:
+        click.echo(f"trial {trial.number}: its run could not be closed ({one_line(err)})", err=True)
+    return False
