@@ -205,7 +205,7 @@ class _EpochLoop:
         """The plan's growth before ``epoch``: the new model and optimizer; its events. What it
         replaced is kept until the epoch's steps are paid (``undo_growth``)."""
         state = self.state
-        self.before_growth = _Network.of(self, self.plan.state_dict())
+        self.before_growth = _Network.of(self)
         with timing.timed(self.parts, "growth"):
             model, optimizer, events = self.plan.before_epoch(epoch, state.model, state.optimizer)
         if model is not state.model:
@@ -343,10 +343,18 @@ class _Network:
     plan_state: dict
 
     @classmethod
-    def of(cls, loop: _EpochLoop, plan_state: dict) -> _Network:
+    def of(cls, loop: _EpochLoop) -> _Network:
         state = loop.state
         events = len(state.trace.events)
-        return cls(state.model, state.optimizer, state.average, loop.flops, loop.forward, events, plan_state)
+        return cls(
+            state.model,
+            state.optimizer,
+            state.average,
+            loop.flops,
+            loop.forward,
+            events,
+            loop.plan.state_dict(),
+        )
 
     def restore(self, loop: _EpochLoop) -> None:
         state = loop.state
