@@ -244,6 +244,12 @@ CASES = [
     Case("registry name with a slash in main", "main", ("--registered-model", "a/b"), "Names cannot contain"),
     Case("registry name with a colon in tune", "tune", (*TINY, "--registered-model", "a:b"), "a:b"),
     Case("study name the registry refuses", "tune", (*TINY, "--study-name", "lr/sw"), "--study-name, in"),
+    Case(
+        "negative hours to stop a study after",
+        "study",
+        (*TINY, "--seeds", "1", "--stop-after-hours", "-1"),
+        "--stop-after-hours must be 0 (no limit) or a positive number",
+    ),
     # label noise
     Case(
         "label noise of 1", STATIC, (*TINY, "--label-noise", "1"), "--label-noise 1 must be a share in [0, 1)"

@@ -2,9 +2,12 @@
 grid no longer has is not trained, a cell whose trial another worker failed as stale while it
 trained does not stop the worker that trained it, nor count, and a dead worker's cell is queued
 again whatever it left behind (a deferred mark, a run on a tracking server that does not answer),
-its run closed FAILED unless its worker closed it; a study whose parent run was deleted is refused."""
+its run closed FAILED unless its worker closed it; a worker past its deadline finishes its cell and
+takes no other; a study whose parent run was deleted is refused."""
 
 from __future__ import annotations
+
+import time
 
 import mlflow
 import pytest
@@ -60,6 +63,25 @@ def test_a_cell_failed_as_stale_while_it_trained_leaves_its_worker_going(tmp_pat
     assert any(
         "static@epochs#1: trained (run run-static@epochs#1) after its trial was failed" in s for s in said
     )
+
+
+def test_a_worker_past_its_deadline_finishes_its_cell_and_takes_no_other(tmp_path):
+    study = _queue(tmp_path)
+    cells = grid.cells(grid.parse_arms("static"), (Budget("epochs"),), (1, 2))
+    queue.enqueue_missing(study, cells)
+    deadline, said = time.monotonic() + 1.0, []
+
+    def train(cell, number, reference):  # the first cell trains past the deadline
+        time.sleep(max(0.0, deadline - time.monotonic()) + 0.05)
+        return f"run-{cell.key}", 0.5
+
+    assert queue.work(study, train, cells, poll_s=0.01, log=said.append, deadline=deadline) == []
+    assert queue.finished(study, cells) == {"static@epochs#1": "run-static@epochs#1"}
+    left = [t.user_attrs[queue.CELL_ATTR] for t in study.get_trials() if t.state == TrialState.WAITING]
+    assert left == ["static@epochs#2"]
+    assert any("--stop-after-hours has passed" in line for line in said)
+    assert queue.work(study, train, cells, poll_s=0.01) == []  # without one, what is left
+    assert sorted(queue.finished(study, cells)) == ["static@epochs#1", "static@epochs#2"]
 
 
 def test_a_retry_that_inherited_a_deferred_mark_counts_when_it_trains(tmp_path):

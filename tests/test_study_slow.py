@@ -1,7 +1,8 @@
 """The study step end to end on a small real subset: a screen whose cells are child runs and
 whose second run trains nothing; a confirmation that refuses screened seeds, preregisters before
-training and reads the test split once per run; and a worker killed mid-cell whose cell trains
-again elsewhere, every cell finished exactly once."""
+training and reads the test split once per run; a worker killed mid-cell whose cell trains
+again elsewhere, every cell finished exactly once; and a study stopped by the clock that the
+same command finishes."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from click.testing import CliRunner
 from pipeline import score_difficulty, study
 from pipeline.data.splits import REFUSE_TEST_ENV
 from pipeline.study import queue
+from pipeline.tracking.errors import FAILURE_TAG
 from pipeline.tune.study import STUDY_PARENT
 from tests.conftest import REPO, subprocess_env
 
@@ -199,3 +201,21 @@ def test_a_worker_killed_mid_cell_loses_nothing_and_no_cell_counts_twice(trackin
     (experiment,) = {r.info.experiment_id for r in _children(trials.user_attrs[STUDY_PARENT])}
     assert mlflow.get_experiment(experiment).name == "k-exp"
     assert killed.data.tags["study_cell"] in complete  # trained again, to completion, once
+
+
+def test_a_study_told_when_to_stop_keeps_what_is_left_queued_for_the_same_command(tracking, tmp_path):
+    runner = CliRunner()
+    assert runner.invoke(score_difficulty.main, ["--subset", "300", "--epochs", "1"]).exit_code == 0
+    args = [*SMALL, "--seeds", "75", "--budgets", "epochs", "--study-name", "paused"]
+    stopped = runner.invoke(study.main, [*args, "--stop-after-hours", "1e-9"])  # past before any cell
+    assert stopped.exit_code == 1
+    assert "--stop-after-hours 1e-09 passed with 2 of 2 cells not finished" in stopped.output
+    trials = _trials(tmp_path, "paused")
+    assert [t.state.name for t in queue.cell_trials(trials)] == ["WAITING", "WAITING"]
+    parent = trials.user_attrs[STUDY_PARENT]
+    halted = mlflow.get_run(parent)
+    assert halted.info.status == "FAILED" and "the same command again" in halted.data.tags[FAILURE_TAG]
+    resumed = runner.invoke(study.main, args)
+    assert resumed.exit_code == 0, resumed.output
+    assert sorted(queue.finished(_trials(tmp_path, "paused"))) == ["dynamic@epochs#75", "static@epochs#75"]
+    assert mlflow.get_run(parent).info.status == "FINISHED"

@@ -11,6 +11,8 @@ study's parent run. Running the same command again trains only the cells that ha
 finished. Cells are handed out through Optuna's storage, so ``--workers N`` processes here and
 ``--worker true`` processes on other machines (the same storage and tracking server) share them;
 a worker killed mid-cell loses nothing: after the grace period its cell is queued again.
+``--stop-after-hours H`` takes no new cell after H hours and leaves the rest queued for the same
+command again.
 
 The protocol: ``--phase screen`` reads validation accuracy only. ``--phase confirm`` refuses seeds
 that gated a choice or trained in any screen run of the store, logs its preregistration
@@ -266,9 +268,12 @@ def set_up(study: optuna.Study, configs: tuple, data, active: mlflow.ActiveRun) 
     return runs, scoring
 
 
-def train_grid(study: optuna.Study, configs: tuple, runs: StudyRuns, url: str, grid: list) -> list[str]:
+def train_grid(
+    study: optuna.Study, configs: tuple, runs: StudyRuns, url: str, grid: list, deadline: float | None
+) -> list[str]:
     """Queue the missing cells and train them: in ``--workers`` processes, then here whatever
-    they left or lost (a dead worker's cell, once its heartbeat is stale); the cells missing."""
+    they left or lost (a dead worker's cell, once its heartbeat is stale), taking none after
+    ``deadline``; the cells missing."""
     data_cfg, train_cfg, grid_cfg, study_cfg = configs
     queued = queue.enqueue_missing(study, grid)
     click.echo(
@@ -276,11 +281,14 @@ def train_grid(study: optuna.Study, configs: tuple, runs: StudyRuns, url: str, g
         f"under way, {len(queued)} queued; parent run {runs.parent_run_id}; cells in {redact(url)}",
         err=True,
     )
-    if study_cfg.workers > 1:
-        worker_cfg = dataclasses.replace(study_cfg, storage=url, worker=True, workers=1)
+    hours_left = None if deadline is None else (deadline - time.monotonic()) / 3600
+    if study_cfg.workers > 1 and (hours_left is None or hours_left > 0):
+        worker_cfg = dataclasses.replace(
+            study_cfg, storage=url, worker=True, workers=1, stop_after_hours=hours_left or 0.0
+        )
         argv = to_argv(data_cfg, train_cfg, grid_cfg, worker_cfg)
         workers.run_worker_processes("pipeline.study", argv, study_cfg.workers, WORKER_INDEX_ENV)
-    queue.work(study, trainer(runs), grid)
+    queue.work(study, trainer(runs), grid, deadline=deadline)
     done = queue.finished(study, grid)
     return [c.key for c in grid if c.key not in done]
 
@@ -290,13 +298,13 @@ def run(
 ) -> pd.DataFrame | None:
     configs = (data_cfg, train_cfg, grid_cfg, study_cfg)
     train_cfg.validate()
-    study_cfg.validate()
+    deadline = study_cfg.validate().deadline(time.monotonic())
     arms, budgets, seeds = grid_cfg.parsed()
     grid = cells(arms, budgets, seeds)
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # each cell prints its own line
     url = study_cfg.storage.strip() or default_storage(mlflow.get_tracking_uri())
     if study_cfg.worker:
-        return _join(url, configs)
+        return _join(url, configs, deadline)
     if study_cfg.phase == "confirm":  # before anything is created or trained
         check_confirm_seeds(seeds, used_seeds(own_parent(url, study_cfg)))
     data = load_data(data_cfg)  # never the test split
@@ -314,20 +322,25 @@ def run(
         experiment_name=study_cfg.experiment_name,
     ) as active:
         runs, scoring = set_up(study, configs, data, active)
-        missing = train_grid(study, configs, runs, url, grid)
+        missing = train_grid(study, configs, runs, url, grid, deadline)
         if study_cfg.phase == "confirm":  # any cell whose own readout failed or predates it
             results.evaluate_once(queue.finished(study, grid), runs)
         table = results.log_report(study, configs, runs, scoring, grid)
+        named = f"{', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}"
+        if missing and deadline is not None and time.monotonic() >= deadline:
+            raise click.ClickException(
+                f"--stop-after-hours {study_cfg.stop_after_hours:g} passed with {len(missing)} of "
+                f"{len(grid)} cells not finished ({named}): the same command again trains them"
+            )
         if missing:
             raise click.ClickException(
-                f"{len(missing)} cell(s) did not finish ({', '.join(missing[:4])}"
-                f"{', ...' if len(missing) > 4 else ''}): their errors are above; run the study "
-                "again to retry them"
+                f"{len(missing)} cell(s) did not finish ({named}): their errors are above; run the "
+                "study again to retry them"
             )
     return table
 
 
-def _join(url: str, configs: tuple) -> None:
+def _join(url: str, configs: tuple, deadline: float | None) -> None:
     """``--worker true``: take cells of a study that another process created."""
     _, _, _, study_cfg = configs
     signal.signal(signal.SIGTERM, raise_terminated)  # a stopped worker closes its cell's run
@@ -360,7 +373,7 @@ def _join(url: str, configs: tuple) -> None:
         )
     configs = (*configs[:3], dataclasses.replace(study_cfg, experiment_name=experiment))
     runs = study_runs(configs, study.user_attrs[STUDY_PARENT], study.user_attrs[SCORES_ATTR])
-    queue.work(study, trainer(runs), cells(*configs[2].parsed()))
+    queue.work(study, trainer(runs), cells(*configs[2].parsed()), deadline=deadline)
 
 
 @click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)

@@ -4,6 +4,7 @@ but the grid, the protocol and the recipes."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pipeline.cli import ConfigError, opt
@@ -64,6 +65,11 @@ class StudyConfig:
     grace_period: int = opt(120, "seconds without a heartbeat after which a cell is failed and queued again")
     max_retry: int = opt(3, "times a cell whose worker died is queued again")
     wait_s: float = opt(600.0, "with --worker: seconds to wait for the study to appear")
+    stop_after_hours: float = opt(
+        0.0,
+        "take no new cell once this many hours have passed since this command started (0: no "
+        "limit); cells under way finish and the rest stay queued for the same command again",
+    )
     run_name: str = opt("", "MLflow run name of the study's parent run; empty: study-<name>")
     experiment_name: str = opt(
         "", "MLflow experiment of the study and its cells; empty: growing-cnn (a worker: its study's)"
@@ -84,4 +90,14 @@ class StudyConfig:
             )
         if self.max_retry < 0:
             raise ConfigError(f"--max-retry must be 0 or more, got {self.max_retry}")
+        if not 0 <= self.stop_after_hours < math.inf:
+            raise ConfigError(
+                f"--stop-after-hours must be 0 (no limit) or a positive number of hours, got "
+                f"{self.stop_after_hours}"
+            )
         return self
+
+    def deadline(self, started: float) -> float | None:
+        """The ``time.monotonic()`` after which no new cell is taken, for a command that started
+        at ``started``; None without a limit."""
+        return started + self.stop_after_hours * 3600 if self.stop_after_hours else None

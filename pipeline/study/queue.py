@@ -112,10 +112,12 @@ def work(
     grid: list[Cell],
     poll_s: float = 5.0,
     log: Callable[[str], None] = lambda line: click.echo(line, err=True),
+    deadline: float | None = None,
 ) -> list[str]:
-    """Take cells of ``grid`` until none is queued or training anywhere; the keys of cells
-    that failed here. ``train(cell, trial_number, reference_run_id)`` trains one and returns
-    its run id and its value (validation accuracy)."""
+    """Take cells of ``grid`` until none is queued or training anywhere, or until
+    ``time.monotonic()`` passes ``deadline`` (a cell under way here finishes, no new one is
+    taken); the keys of cells that failed here. ``train(cell, trial_number, reference_run_id)``
+    trains one and returns its run id and its value (validation accuracy)."""
     failed: list[str] = []
     deferrals = 0  # seconds cells put back in a row: the wait before the next grows with it
     orphaned = False  # this worker's trial was failed as stale elsewhere while it trained
@@ -174,7 +176,12 @@ def work(
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         while True:
             optuna.storages.fail_stale_trials(study)
-            states = [t.state for t in study.get_trials(deepcopy=False)]
+            states = {t.state for t in study.get_trials(deepcopy=False)}
+            if not states & {TrialState.WAITING, TrialState.RUNNING}:
+                return failed
+            if deadline is not None and time.monotonic() >= deadline:
+                log("--stop-after-hours has passed: no new cell is taken here; those left stay queued")
+                return failed
             if TrialState.WAITING in states:
                 try:
                     study.optimize(objective, n_trials=1, catch=(Exception,))
@@ -182,7 +189,5 @@ def work(
                     if not orphaned:
                         raise
                     orphaned = False
-            elif TrialState.RUNNING in states:
-                time.sleep(poll_s)  # cells training elsewhere: stay to retry one whose worker dies
             else:
-                return failed
+                time.sleep(poll_s)  # cells training elsewhere: stay to retry one whose worker dies
