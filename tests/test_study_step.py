@@ -286,6 +286,31 @@ def test_the_report_figure_and_text_are_written(tmp_path):
     assert "dynamic@flops:0.5 vs static@flops:0.5 | 3 | +3.00 (+3.00 to +3.00) | 3 of 3 | 0.000" in text
 
 
+def test_a_seconds_cell_trained_on_another_machine_than_its_reference_is_named():
+    where = [
+        ("static@epochs#1", "a", "boot-1"),
+        ("dynamic@seconds#1", "a", "boot-2"),  # the same host name, booted again: another session
+        ("static@epochs#2", "a", "boot-1"),
+        ("dynamic@seconds#2", "a", "boot-1"),
+        ("static@epochs#3", "a", ""),  # recorded before boots were: not compared
+        ("dynamic@seconds#3", "a", "boot-1"),
+        ("dynamic@epochs#3", "b", "boot-3"),  # epochs hold no machine's speed
+        ("static@epochs#4", "a", "boot-1"),
+        ("dynamic@seconds#4", "b", "boot-1"),
+    ]
+    rows = pd.DataFrame(where, columns=["cell", "host", "boot"])
+    elsewhere = report.seconds_on_another_machine(rows)
+    assert elsewhere == ["dynamic@seconds#1", "dynamic@seconds#4"]
+    assert report.seconds_on_another_machine(_rows()) == []  # rows that record no machine
+    doc = {"study": "t", "phase": "screen", "label": "exploratory", "metric": "val/acc", "seeds": "1-4"}
+    doc |= {"epochs": 4, "static_spec": "default", "health": {}, "seconds_on_another_machine": elsewhere}
+    table = report.compare(_rows(), grid.comparisons(grid.parse_arms("static,dynamic"), EPOCHS_AND_HALF), "x")
+    assert (
+        "Seconds matched across machines: 2 cell(s) trained on another machine or boot than the run "
+        "whose seconds they were given (dynamic@seconds#1, dynamic@seconds#4)"
+    ) in report.markdown(doc, table)
+
+
 def test_the_figure_names_the_seeds_its_means_rest_on():
     rows = _rows()
     assert report.seeds_shown((1, 2, 3), rows) == "1,2,3"

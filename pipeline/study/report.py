@@ -4,8 +4,8 @@ and seconds as spent, health counts, per tier, where each growing arm reaches st
 accuracy, and the cost-frontier figure. Pure: rows in, tables and files out; no MLflow.
 
 A row is one finished cell: ``cell, arm, budget, seed, run_id, acc`` (the phase's metric:
-validation or test accuracy), ``trained_s``, ``flops``, ``epochs``, ``health``, ``dip`` and
-``acc_<tier>`` per difficulty tier.
+validation or test accuracy), ``trained_s``, ``flops``, ``epochs``, ``health``, ``dip``,
+``acc_<tier>`` per difficulty tier and, where known, the ``host`` and ``boot`` it trained on.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pandas as pd
 
 from pipeline.data.tiers import TIER_NAMES
 from pipeline.report.stats import ALPHA, holm, paired_test, summary
-from pipeline.study.grid import REFERENCE_ARM, REFERENCE_BUDGET, Comparison
+from pipeline.study.grid import REFERENCE_ARM, REFERENCE_BUDGET, Cell, Comparison
 
 
 def _paired(rows: pd.DataFrame, c: Comparison, column: str) -> tuple[list, list, list]:
@@ -192,6 +192,24 @@ def figure(points: pd.DataFrame, path: Path, title: str, metric: str) -> Path:
     return path
 
 
+def seconds_on_another_machine(rows: pd.DataFrame) -> list[str]:
+    """The seconds cells that trained on another machine, or another boot of it, than the run
+    whose seconds they were given: their comparison mixes two machines' speeds (a study spread
+    over machines or sessions). A host or boot not recorded (older runs) is not compared."""
+    if rows.empty or "host" not in rows:
+        return []
+    where = {r.cell: (r.host, r.boot) for r in rows.itertuples()}
+    out = []
+    for key, (host, boot) in where.items():
+        cell = Cell.from_key(key)
+        if not cell.needs_reference_run or cell.reference.key not in where:
+            continue
+        ref_host, ref_boot = where[cell.reference.key]
+        if (host and ref_host and host != ref_host) or (boot and ref_boot and boot != ref_boot):
+            out.append(key)
+    return sorted(out)
+
+
 def markdown(summary_doc: dict, table: pd.DataFrame, controls: pd.DataFrame | None = None) -> str:
     """The report's text: what was compared on what, then one line per comparison of the family
     and, apart, one per arm against its control (``controls``, corrected among themselves)."""
@@ -213,6 +231,13 @@ def markdown(summary_doc: dict, table: pd.DataFrame, controls: pd.DataFrame | No
         missing = summary_doc["cells_missing"]
         lines.append(
             f"Missing, reported as missing and not replaced: {len(missing)} cell(s): {', '.join(missing)}."
+        )
+    if summary_doc.get("seconds_on_another_machine"):
+        elsewhere = summary_doc["seconds_on_another_machine"]
+        lines.append(
+            f"Seconds matched across machines: {len(elsewhere)} cell(s) trained on another machine "
+            f"or boot than the run whose seconds they were given ({', '.join(elsewhere)}): their "
+            "seconds comparisons mix two machines' speeds."
         )
     lines += ["", *_table_lines(table)]
     if controls is not None and len(controls):

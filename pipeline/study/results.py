@@ -19,6 +19,7 @@ from pipeline.study.cell import PHASE_TAG, STUDY_TAG, StudyRuns, static_descript
 from pipeline.study.grid import Cell, comparisons, control_comparisons
 from pipeline.study.protocol import METRIC, label
 from pipeline.tracking.artifacts import scratch_dir
+from pipeline.tracking.processes import BOOT_TAG, HOST_TAG
 from pipeline.tracking.runs import RUN_TAGS
 
 
@@ -43,6 +44,8 @@ def rows(finished: dict[str, str], phase: str) -> pd.DataFrame:
                 "epochs": len(client.get_metric_history(run_id, "val/acc")),
                 "health": run.data.tags.get("health", ""),
                 "dip": m.get("growth/dip_worst", float("nan")),
+                "host": run.data.tags.get(HOST_TAG, ""),
+                "boot": run.data.tags.get(BOOT_TAG, ""),
                 **{f"acc_{t}": m.get(f"{prefix}/acc_{t}", float("nan")) for t in TIER_NAMES},
             }
         )
@@ -103,6 +106,7 @@ def log_report(
         "cells_finished": len(done),
         "cells_missing": [c.key for c in grid if c.key not in done],
         "cells_counted_twice": queue.counted_twice(study),
+        "seconds_on_another_machine": report.seconds_on_another_machine(table_rows),
     }
     client = mlflow.MlflowClient()
     with scratch_dir() as tmp:

@@ -18,12 +18,26 @@ from pipeline.tracking.errors import FAILURE_TAG
 HOST_TAG = "process_host"
 PID_TAG = "process_pid"
 PROC_START_TAG = "process_start"  # the process's start time, so a reused pid is not taken as alive
+BOOT_TAG = "process_boot"  # the machine's boot: a host name can outlive the machine (a VM, a container)
 
 
 def owner_tags(pid: int | None = None) -> dict[str, str]:
     """Tags naming the process that keeps a run RUNNING (this one by default)."""
     pid = os.getpid() if pid is None else pid
-    return {HOST_TAG: socket.gethostname(), PID_TAG: str(pid), PROC_START_TAG: process_start(pid)}
+    return {
+        HOST_TAG: socket.gethostname(),
+        PID_TAG: str(pid),
+        PROC_START_TAG: process_start(pid),
+        BOOT_TAG: boot_id(),
+    }
+
+
+def boot_id() -> str:
+    """This machine's boot (Linux's random boot id, new at every boot); '' where there is none."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
 
 
 def process_start(pid: int) -> str:
