@@ -1,4 +1,5 @@
-"""Runs are closed honestly: a run whose process died is marked FAILED at the next start."""
+"""Runs are closed honestly: a run whose process died is marked FAILED at the next start; steps
+that start together in a new experiment all find it."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ import subprocess
 import sys
 
 import mlflow
+import pytest
 
 from pipeline.tracking.errors import FAILURE_TAG
 from pipeline.tracking.processes import fail_stale_runs
-from pipeline.tracking.runs import code_version, tracked_run
+from pipeline.tracking.runs import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, code_version, tracked_run
 from tests.conftest import REPO, subprocess_env
 
 # Opens a run through tracked_run and dies without closing it, as SIGKILL or the OOM killer would.
@@ -131,3 +133,37 @@ def test_the_code_version_counts_edits_and_new_modules_but_not_other_untracked_f
     (repo / "pipeline" / "a.py").write_text("x = 2\n")  # an edit to a tracked file
     assert code_version(repo).startswith(clean + "-")
     assert code_version(plain) == "unknown"
+
+
+# Waits until every process has imported MLflow, then looks up, creates and tags one new
+# experiment at the same moment as the others: what two `mlflow run`s started together do.
+TOGETHER = """
+import pathlib, sys, time
+from pipeline.tracking.runs import use_experiment
+gate, n = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+(gate / sys.argv[3]).touch()
+while len(list(gate.iterdir())) < n:
+    time.sleep(0.001)
+print(use_experiment("together"))
+"""
+
+
+@pytest.mark.slow
+def test_steps_that_start_together_in_a_new_experiment_all_find_it(tracking, tmp_path):
+    gate, n = tmp_path / "gate", 6
+    gate.mkdir()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", TOGETHER, str(gate), str(n), str(k)],
+            cwd=REPO,
+            env=subprocess_env(tracking),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(n)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * n, [err[-400:] for _, err in outs]
+    (experiment_id,) = {out.strip() for out, _ in outs}
+    assert mlflow.get_experiment(experiment_id).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND

@@ -51,7 +51,14 @@ def use_experiment(name: str = "") -> str:
             return env_id
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "") or DEFAULT_EXPERIMENT
     experiment = mlflow.get_experiment_by_name(name)
-    experiment_id = experiment.experiment_id if experiment else mlflow.create_experiment(name)
+    if experiment is None:
+        try:
+            experiment = mlflow.get_experiment(mlflow.create_experiment(name))
+        except mlflow.exceptions.MlflowException:  # another step starting beside this one made it
+            experiment = mlflow.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+    experiment_id = experiment.experiment_id
     mark_model_experiment(experiment_id)
     mlflow.set_experiment(experiment_id=experiment_id)
     return experiment_id
@@ -60,9 +67,15 @@ def use_experiment(name: str = "") -> str:
 def mark_model_experiment(experiment_id: str) -> None:
     """Tag the experiment as model training unless its kind is already set (by a user or MLflow)."""
     client = mlflow.MlflowClient()
-    experiment = client.get_experiment(experiment_id)
-    if EXPERIMENT_KIND_TAG not in experiment.tags:
+    if EXPERIMENT_KIND_TAG in client.get_experiment(experiment_id).tags:
+        return
+    try:
         client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    except mlflow.exceptions.MlflowException:
+        # Two steps starting at once in a new experiment both find it untagged, and the SQL
+        # store refuses the second insert: the tag is there, which is all this wants.
+        if EXPERIMENT_KIND_TAG not in client.get_experiment(experiment_id).tags:
+            raise
 
 
 def current_run_name() -> str:
