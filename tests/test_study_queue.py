@@ -2,12 +2,11 @@
 grid no longer has is not trained, a cell whose trial another worker failed as stale while it
 trained does not stop the worker that trained it, nor count, and a dead worker's cell is queued
 again whatever it left behind (a deferred mark, a run on a tracking server that does not answer),
-its run closed FAILED unless its worker closed it; a worker past its deadline finishes its cell and
-takes no other; a study whose parent run was deleted is refused."""
+its run closed FAILED unless its worker closed it; a worker told to stop (``--stop-after-hours``)
+finishes its cell and takes no other, and the study's own process waits for the cells training
+elsewhere first; a study whose parent run was deleted is refused."""
 
 from __future__ import annotations
-
-import time
 
 import mlflow
 import pytest
@@ -65,23 +64,50 @@ def test_a_cell_failed_as_stale_while_it_trained_leaves_its_worker_going(tmp_pat
     )
 
 
-def test_a_worker_past_its_deadline_finishes_its_cell_and_takes_no_other(tmp_path):
+def test_a_worker_told_to_stop_finishes_its_cell_and_takes_no_other(tmp_path):
+    study = _queue(tmp_path)
+    cells = grid.cells(grid.parse_arms("static"), (Budget("epochs"),), (1, 2, 3))
+    queue.enqueue_missing(study, cells)
+    trained, said = [], []
+
+    def train(cell, number, reference):
+        trained.append(cell.key)
+        return f"run-{cell.key}", 0.5
+
+    def stop_taking():  # the clock runs out while the first cell trains
+        return len(trained) >= 1
+
+    assert queue.work(study, train, cells, poll_s=0.01, log=said.append, stop_taking=stop_taking) == []
+    assert trained == ["static@epochs#1"]
+    assert queue.queued(study) == {"static@epochs#2", "static@epochs#3"}
+    assert [line for line in said if "--stop-after-hours has passed" in line] != []
+    assert queue.work(study, train, cells, poll_s=0.01) == []  # without a stop, what is left
+    assert sorted(queue.finished(study, cells)) == [c.key for c in cells]
+    assert queue.queued(study) == set()
+
+
+def test_the_studys_own_process_told_to_stop_waits_for_cells_training_elsewhere(tmp_path):
     study = _queue(tmp_path)
     cells = grid.cells(grid.parse_arms("static"), (Budget("epochs"),), (1, 2))
     queue.enqueue_missing(study, cells)
-    deadline, said = time.monotonic() + 1.0, []
+    elsewhere = study.ask()  # another worker took the first cell and trains it
+    assert elsewhere.user_attrs[queue.CELL_ATTR] == "static@epochs#1"
+    polls = []
 
-    def train(cell, number, reference):  # the first cell trains past the deadline
-        time.sleep(max(0.0, deadline - time.monotonic()) + 0.05)
-        return f"run-{cell.key}", 0.5
+    def stop_taking():  # stopped from the start; the other worker finishes on the third look
+        polls.append(1)
+        if len(polls) == 3:
+            elsewhere.set_user_attr(ATTR_RUN_ID, "run-elsewhere")
+            study.tell(elsewhere, 0.5)
+        return True
 
-    assert queue.work(study, train, cells, poll_s=0.01, log=said.append, deadline=deadline) == []
-    assert queue.finished(study, cells) == {"static@epochs#1": "run-static@epochs#1"}
-    left = [t.user_attrs[queue.CELL_ATTR] for t in study.get_trials() if t.state == TrialState.WAITING]
-    assert left == ["static@epochs#2"]
-    assert any("--stop-after-hours has passed" in line for line in said)
-    assert queue.work(study, train, cells, poll_s=0.01) == []  # without one, what is left
-    assert sorted(queue.finished(study, cells)) == ["static@epochs#1", "static@epochs#2"]
+    def train(cell, number, reference):
+        raise AssertionError("told to stop, it takes no cell")
+
+    assert queue.work(study, train, cells, poll_s=0.01, stop_taking=stop_taking, wait_after_stop=True) == []
+    assert len(polls) >= 4  # it looked again after the other cell finished, then left
+    assert queue.finished(study, cells) == {"static@epochs#1": "run-elsewhere"}
+    assert queue.queued(study) == {"static@epochs#2"}
 
 
 def test_a_retry_that_inherited_a_deferred_mark_counts_when_it_trains(tmp_path):

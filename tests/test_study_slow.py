@@ -209,12 +209,18 @@ def test_a_study_told_when_to_stop_keeps_what_is_left_queued_for_the_same_comman
     args = [*SMALL, "--seeds", "75", "--budgets", "epochs", "--study-name", "paused"]
     stopped = runner.invoke(study.main, [*args, "--stop-after-hours", "1e-9"])  # past before any cell
     assert stopped.exit_code == 1
-    assert "--stop-after-hours 1e-09 passed with 2 of 2 cells not finished" in stopped.output
+    assert (
+        "2 cell(s) left queued by --stop-after-hours 1e-09 (static@epochs#75, dynamic@epochs#75); "
+        "run the study again to train them"
+    ) in stopped.output
+    assert "Traceback" not in stopped.output
     trials = _trials(tmp_path, "paused")
     assert [t.state.name for t in queue.cell_trials(trials)] == ["WAITING", "WAITING"]
     parent = trials.user_attrs[STUDY_PARENT]
     halted = mlflow.get_run(parent)
-    assert halted.info.status == "FAILED" and "the same command again" in halted.data.tags[FAILURE_TAG]
+    assert halted.info.status == "FAILED" and "left queued" in halted.data.tags[FAILURE_TAG]
+    report = mlflow.artifacts.load_text(f"runs:/{parent}/study/report.md")  # empty, not an error
+    assert "Missing, reported as missing and not replaced: 2 cell(s)" in report
     resumed = runner.invoke(study.main, args)
     assert resumed.exit_code == 0, resumed.output
     assert sorted(queue.finished(_trials(tmp_path, "paused"))) == ["dynamic@epochs#75", "static@epochs#75"]

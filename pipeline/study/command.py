@@ -29,6 +29,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 
 import click
 import mlflow
@@ -288,7 +289,7 @@ def train_grid(
         )
         argv = to_argv(data_cfg, train_cfg, grid_cfg, worker_cfg)
         workers.run_worker_processes("pipeline.study", argv, study_cfg.workers, WORKER_INDEX_ENV)
-    queue.work(study, trainer(runs), grid, deadline=deadline)
+    queue.work(study, trainer(runs), grid, stop_taking=past(deadline), wait_after_stop=True)
     done = queue.finished(study, grid)
     return [c.key for c in grid if c.key not in done]
 
@@ -326,25 +327,40 @@ def run(
         if study_cfg.phase == "confirm":  # any cell whose own readout failed or predates it
             results.evaluate_once(queue.finished(study, grid), runs)
         table = results.log_report(study, configs, runs, scoring, grid)
-        named = f"{', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}"
-        if missing and deadline is not None and time.monotonic() >= deadline:
-            raise click.ClickException(
-                f"--stop-after-hours {study_cfg.stop_after_hours:g} passed with {len(missing)} of "
-                f"{len(grid)} cells not finished ({named}): the same command again trains them"
-            )
         if missing:
-            raise click.ClickException(
-                f"{len(missing)} cell(s) did not finish ({named}): their errors are above; run the "
-                "study again to retry them"
-            )
+            raise click.ClickException(unfinished(missing, queue.queued(study), study_cfg.stop_after_hours))
     return table
+
+
+def past(deadline: float | None) -> Callable[[], bool]:
+    """``queue.work``'s ``stop_taking`` for ``--stop-after-hours``: whether ``deadline`` (a
+    ``time.monotonic()``) has passed; never without one."""
+    return lambda: deadline is not None and time.monotonic() >= deadline
+
+
+def unfinished(missing: list[str], queued: set[str], stop_after_hours: float) -> str:
+    """What the study's error says of its cells that did not finish: those that failed, and
+    those ``--stop-after-hours`` left queued."""
+
+    def named(keys: list[str]) -> str:
+        return f"{', '.join(keys[:4])}{', ...' if len(keys) > 4 else ''}"
+
+    left = [k for k in missing if k in queued]
+    failed = [k for k in missing if k not in queued]
+    parts = []
+    if failed:
+        parts.append(f"{len(failed)} cell(s) did not finish ({named(failed)}): their errors are above")
+    if left:
+        by = f" by --stop-after-hours {stop_after_hours:g}" if stop_after_hours else ""
+        parts.append(f"{len(left)} cell(s) left queued{by} ({named(left)})")
+    return "; ".join(parts) + "; run the study again to train them"
 
 
 def _join(url: str, configs: tuple, deadline: float | None) -> None:
     """``--worker true``: take cells of a study that another process created."""
     _, _, _, study_cfg = configs
     signal.signal(signal.SIGTERM, raise_terminated)  # a stopped worker closes its cell's run
-    deadline = time.monotonic() + study_cfg.wait_s
+    appear_by = time.monotonic() + study_cfg.wait_s
     while True:
         try:
             study = queue.open_queue(url, study_cfg, create=False)
@@ -352,7 +368,7 @@ def _join(url: str, configs: tuple, deadline: float | None) -> None:
                 break
         except KeyError:  # not created yet
             pass
-        if time.monotonic() > deadline:
+        if time.monotonic() > appear_by:
             raise ConfigError(
                 f"study {study_cfg.study_name!r} did not appear in {redact(url)} within --wait-s "
                 f"{study_cfg.wait_s}: start `python -m pipeline.study` without --worker first"
@@ -373,7 +389,7 @@ def _join(url: str, configs: tuple, deadline: float | None) -> None:
         )
     configs = (*configs[:3], dataclasses.replace(study_cfg, experiment_name=experiment))
     runs = study_runs(configs, study.user_attrs[STUDY_PARENT], study.user_attrs[SCORES_ATTR])
-    queue.work(study, trainer(runs), cells(*configs[2].parsed()), deadline=deadline)
+    queue.work(study, trainer(runs), cells(*configs[2].parsed()), stop_taking=past(deadline))
 
 
 @click.command(name=ENTRY_POINT, help=help_text(__doc__), cls=GuardedCommand)

@@ -90,7 +90,7 @@ class StudyConfig:
             )
         if self.max_retry < 0:
             raise ConfigError(f"--max-retry must be 0 or more, got {self.max_retry}")
-        if not 0 <= self.stop_after_hours < math.inf:
+        if not (self.stop_after_hours >= 0 and math.isfinite(self.stop_after_hours * 3600)):
             raise ConfigError(
                 f"--stop-after-hours must be 0 (no limit) or a positive number of hours, got "
                 f"{self.stop_after_hours}"

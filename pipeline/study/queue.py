@@ -61,6 +61,11 @@ def finished(study: optuna.Study, grid: list[Cell] | None = None) -> dict[str, s
     return out
 
 
+def queued(study: optuna.Study) -> set[str]:
+    """The cells with a trial waiting to be taken."""
+    return {t.user_attrs[CELL_ATTR] for t in cell_trials(study) if t.state == TrialState.WAITING}
+
+
 def counted_twice(study: optuna.Study) -> list[str]:
     """Cells with more than one COMPLETE trial (a worker presumed dead that finished after
     all); the report counts only the first."""
@@ -112,15 +117,19 @@ def work(
     grid: list[Cell],
     poll_s: float = 5.0,
     log: Callable[[str], None] = lambda line: click.echo(line, err=True),
-    deadline: float | None = None,
+    stop_taking: Callable[[], bool] = lambda: False,
+    wait_after_stop: bool = False,
 ) -> list[str]:
     """Take cells of ``grid`` until none is queued or training anywhere, or until
-    ``time.monotonic()`` passes ``deadline`` (a cell under way here finishes, no new one is
-    taken); the keys of cells that failed here. ``train(cell, trial_number, reference_run_id)``
-    trains one and returns its run id and its value (validation accuracy)."""
+    ``stop_taking()`` says so (``--stop-after-hours``: what is queued stays queued; with
+    ``wait_after_stop``, as the study's own process, first wait for the cells training
+    elsewhere, so that its report holds them); the keys of cells that failed here.
+    ``train(cell, trial_number, reference_run_id)`` trains one and returns its run id and its
+    value (validation accuracy)."""
     failed: list[str] = []
     deferrals = 0  # seconds cells put back in a row: the wait before the next grows with it
     orphaned = False  # this worker's trial was failed as stale elsewhere while it trained
+    said_stop = False
 
     def given_up(key: str, what: str) -> _Orphaned:  # a stalled storage: its trial was failed as stale
         nonlocal orphaned  # and the cell queued again by another worker; that retry counts
@@ -177,17 +186,18 @@ def work(
         while True:
             optuna.storages.fail_stale_trials(study)
             states = {t.state for t in study.get_trials(deepcopy=False)}
-            if not states & {TrialState.WAITING, TrialState.RUNNING}:
-                return failed
-            if deadline is not None and time.monotonic() >= deadline:
-                log("--stop-after-hours has passed: no new cell is taken here; those left stay queued")
-                return failed
-            if TrialState.WAITING in states:
+            stopped = stop_taking()
+            if stopped and TrialState.WAITING in states and not said_stop:
+                log("--stop-after-hours has passed: no new cell is taken here; what is queued stays queued")
+                said_stop = True
+            if TrialState.WAITING in states and not stopped:
                 try:
                     study.optimize(objective, n_trials=1, catch=(Exception,))
                 except ValueError:  # Optuna cannot tell a trial already failed as stale
                     if not orphaned:
                         raise
                     orphaned = False
-            else:
+            elif TrialState.RUNNING in states and (wait_after_stop or not stopped):
                 time.sleep(poll_s)  # cells training elsewhere: stay to retry one whose worker dies
+            else:
+                return failed

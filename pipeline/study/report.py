@@ -123,7 +123,10 @@ def frontier(rows: pd.DataFrame) -> pd.DataFrame:
                 "epochs": float(group["epochs"].mean()),
             }
         )
-    return pd.DataFrame(points)
+    return pd.DataFrame(points, columns=FRONTIER_COLUMNS)  # no cell finished: no point, same columns
+
+
+FRONTIER_COLUMNS = ["arm", "budget", "n", "acc", "acc_ci_low", "acc_ci_high", "trained_s", "flops", "epochs"]
 
 
 def seconds_to_reach(points: pd.DataFrame) -> dict[str, float]:

@@ -22,6 +22,13 @@ from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.processes import BOOT_TAG, HOST_TAG
 from pipeline.tracking.runs import RUN_TAGS
 
+# A finished cell's row; a study none of whose cells finished still has these columns (an empty
+# report, not an error).
+ROW_COLUMNS = [
+    "cell", "arm", "budget", "seed", "run_id", "acc", "val_acc", "trained_s", "flops", "epochs",
+    "health", "dip", "host", "boot", *(f"acc_{t}" for t in TIER_NAMES),
+]  # fmt: skip
+
 
 def rows(finished: dict[str, str], phase: str) -> pd.DataFrame:
     """One row per finished cell, read from its run (see pipeline/study/report.py)."""
@@ -49,7 +56,7 @@ def rows(finished: dict[str, str], phase: str) -> pd.DataFrame:
                 **{f"acc_{t}": m.get(f"{prefix}/acc_{t}", float("nan")) for t in TIER_NAMES},
             }
         )
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, columns=ROW_COLUMNS)  # with no cell finished, still a table of them
 
 
 # On a cell's own test readout: which cell and trial it read (not study_cell: that marks cells).
