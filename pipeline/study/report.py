@@ -105,6 +105,9 @@ def health(rows: pd.DataFrame) -> dict[str, dict[str, int]]:
     return out
 
 
+FRONTIER_COLUMNS = ["arm", "budget", "n", "acc", "acc_ci_low", "acc_ci_high", "trained_s", "flops", "epochs"]
+
+
 def frontier(rows: pd.DataFrame) -> pd.DataFrame:
     """Per arm and budget: mean accuracy, seconds that trained and FLOPs over seeds."""
     points = []
@@ -124,9 +127,6 @@ def frontier(rows: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(points, columns=FRONTIER_COLUMNS)  # no cell finished: no point, same columns
-
-
-FRONTIER_COLUMNS = ["arm", "budget", "n", "acc", "acc_ci_low", "acc_ci_high", "trained_s", "flops", "epochs"]
 
 
 def seconds_to_reach(points: pd.DataFrame) -> dict[str, float]:
