@@ -111,6 +111,31 @@ def reference_run(study: optuna.Study, cell: Cell) -> str:
     raise UserError(f"cell {cell.key} trains for the seconds of {key}, which failed: run the study again")
 
 
+def _cell_of(trial: optuna.Trial, keys: set[str], log: Callable[[str], None]) -> Cell:
+    """The cell ``trial`` is to train, its marks from an earlier attempt cleared; the trial is
+    pruned where it holds no cell or one whose key is not in ``keys``, this grid's."""
+    key = trial.user_attrs.get(CELL_ATTR)
+    if key is None:  # another worker took the last queued cell between our look and our ask
+        trial.set_user_attr(IDLE_ATTR, True)
+        raise optuna.TrialPruned("nothing left to train")
+    if key not in keys:  # queued under code whose grid had this cell; this grid has not
+        trial.set_user_attr(OUTSIDE_ATTR, True)
+        log(f"cell {key}: not in this study's grid (queued by an earlier version); not trained")
+        raise optuna.TrialPruned("not in the grid")
+    trial.set_user_attr(ATTR_RUN_ID, "")  # a retry's run is its own, not the dead worker's
+    trial.set_user_attr(DEFERRED_ATTR, False)  # nor the mark of one that died putting it back
+    return Cell.from_key(key)
+
+
+def _put_back(study: optuna.Study, trial: optuna.Trial, cell: Cell, wait_s: float) -> optuna.TrialPruned:
+    """Queue ``cell``, whose reference has not finished, again behind the others after waiting
+    ``wait_s``; the pruning that ends ``trial``."""
+    time.sleep(wait_s)
+    trial.set_user_attr(DEFERRED_ATTR, True)
+    study.enqueue_trial({}, user_attrs={CELL_ATTR: cell.key})
+    return optuna.TrialPruned(f"{cell.reference.key} has not finished; queued again")
+
+
 def work(
     study: optuna.Study,
     train: Callable[[Cell, int, str], tuple[str, float]],
@@ -137,19 +162,12 @@ def work(
         log(f"cell {key}: {what} after its trial was failed as stale; the retry counts")
         return _Orphaned(key)
 
+    keys = {c.key for c in grid}
+
     def objective(trial: optuna.Trial) -> float:
         nonlocal deferrals
-        key = trial.user_attrs.get(CELL_ATTR)
-        if key is None:  # another worker took the last queued cell between our look and our ask
-            trial.set_user_attr(IDLE_ATTR, True)
-            raise optuna.TrialPruned("nothing left to train")
-        if key not in {c.key for c in grid}:  # queued under code whose grid had this cell; this grid has not
-            trial.set_user_attr(OUTSIDE_ATTR, True)
-            log(f"cell {key}: not in this study's grid (queued by an earlier version); not trained")
-            raise optuna.TrialPruned("not in the grid")
-        trial.set_user_attr(ATTR_RUN_ID, "")  # a retry's run is its own, not the dead worker's
-        trial.set_user_attr(DEFERRED_ATTR, False)  # nor the mark of one that died putting it back
-        cell = Cell.from_key(key)
+        cell = _cell_of(trial, keys, log)
+        key = cell.key
         reference = ""
         if cell.needs_reference_run:
             try:
@@ -158,10 +176,7 @@ def work(
                 # Its reference trains elsewhere or waits behind this cell: put it back, and
                 # wait longer each time (up to a minute) so that waiting adds few trials.
                 deferrals += 1
-                time.sleep(min(60.0, poll_s * deferrals))
-                trial.set_user_attr(DEFERRED_ATTR, True)
-                study.enqueue_trial({}, user_attrs={CELL_ATTR: key})
-                raise optuna.TrialPruned(f"{cell.reference.key} has not finished; queued again") from None
+                raise _put_back(study, trial, cell, min(60.0, poll_s * deferrals)) from None
         deferrals = 0
         started = time.perf_counter()
         try:
