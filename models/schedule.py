@@ -15,7 +15,8 @@ Several events may share an epoch; they apply in schedule order.
 A schedule is data. ``parse_schedule`` accepts three forms:
 
 * a registered name (``NAMED_SCHEDULES``: default, early, late, deep, wide-fc, default-bn,
-  resnet, resnet-widen, none), a function of the number of epochs;
+  resnet, resnet-widen, resnet-short, resnet-short-widen, none), a function of the number of
+  epochs;
 * a JSON list of flat objects, the layer as in a spec plus ``epoch`` and optional ``position``
   and ``id``: ``[{"epoch": 3, "type": "conv", "out_channels": 64, "position": "after:pool1"}]``;
 * a compact string, events separated by ``;``::
@@ -43,7 +44,7 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from models import resnet
+from models import resnet, resnet_short
 from models.growth_event import (
     WIDEN,
     WIDTH_FIELDS,
@@ -216,6 +217,25 @@ def _resnet_widen(epochs: int) -> list[GrowthEvent]:
     )
 
 
+def _resnet_short(epochs: int) -> list[GrowthEvent]:
+    """resnet-short-start into resnet-short (models/resnet_short.py): each group's residual
+    block, all a quarter of the way in."""
+    steps = resnet_short.growth_steps()
+    return _timed(epochs, [(DEFAULT_GROWTH_AT, layer, position) for layer, position in steps])
+
+
+def _resnet_short_widen(epochs: int) -> list[GrowthEvent]:
+    """resnet-short-narrow into resnet-short: every layer that sets a width widened to the
+    baseline's, all a quarter of the way in."""
+    return _timed(
+        epochs,
+        [
+            (DEFAULT_GROWTH_AT, {"type": WIDEN, "id": layer, "width": width}, None)
+            for layer, width in resnet_short.widening_steps()
+        ],
+    )
+
+
 NAMED_SCHEDULES: dict[str, Callable[[int], list[GrowthEvent]]] = {
     "default": _default,
     "early": _early,
@@ -225,6 +245,8 @@ NAMED_SCHEDULES: dict[str, Callable[[int], list[GrowthEvent]]] = {
     "default-bn": _default_bn,
     "resnet": _resnet,
     "resnet-widen": _resnet_widen,
+    "resnet-short": _resnet_short,
+    "resnet-short-widen": _resnet_short_widen,
     "none": lambda epochs: [],
 }
 

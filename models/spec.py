@@ -23,7 +23,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from models import resnet
+from models import resnet, resnet_short
 from models.layers import LAYER_TYPES, LAYERS, SpecError
 
 HEAD_ID = "head"
@@ -362,6 +362,11 @@ NAMED_SPECS = {
     "resnet": lambda: resnet.resnet_layers(resnet.FINAL_BLOCKS),
     "resnet-start": lambda: resnet.resnet_layers(resnet.START_BLOCKS),
     "resnet-narrow": lambda: resnet.resnet_layers(resnet.FINAL_BLOCKS, resnet.NARROW_WIDTHS),
+    # the residual family for short runs (models/resnet_short.py): wide and shallow, and its
+    # two starts, without the residual blocks and at half the widths
+    "resnet-short": resnet_short.short_layers,
+    "resnet-short-start": lambda: resnet_short.short_layers(residual=False),
+    "resnet-short-narrow": resnet_short.narrow_layers,
 }
 
 

@@ -358,6 +358,8 @@ def test_default_schedule_grows_a_model_into_the_default_static_model():
 SCHEDULE_STARTS = {
     "resnet": ("resnet-start", ((3, 32, 32), 10)),
     "resnet-widen": ("resnet-narrow", ((3, 32, 32), 10)),
+    "resnet-short": ("resnet-short-start", ((3, 32, 32), 10)),
+    "resnet-short-widen": ("resnet-short-narrow", ((3, 32, 32), 10)),
 }
 
 

@@ -11,7 +11,13 @@ from models.schedule import NAMED_SCHEDULES
 
 # The start network each named schedule grows (the one it names its positions after); the
 # others grow the default start, ``minimal``.
-SCHEDULE_STARTS = {"default-bn": "minimal-bn", "resnet": "resnet-start", "resnet-widen": "resnet-narrow"}
+SCHEDULE_STARTS = {
+    "default-bn": "minimal-bn",
+    "resnet": "resnet-start",
+    "resnet-widen": "resnet-narrow",
+    "resnet-short": "resnet-short-start",
+    "resnet-short-widen": "resnet-short-narrow",
+}
 
 
 def start_of(schedule: str) -> str:
