@@ -9,8 +9,9 @@ and the linear head. Every convolution is followed by batchnorm and ReLU.
 blocks (about half its FLOPs per example), which the ``resnet-short`` schedule inserts (each an
 identity through a zero batchnorm scale, or at random with the re-warm); ``resnet-short-narrow``
 has its layout at half its widths (about a quarter of its FLOPs), which ``resnet-short-widen``
-widens layer by layer (each group's blocks keep their input's width and widen with it). Both
-grow a quarter of the way in, as the other named schedules do. Layer ids say where a layer
+widens, every layer that sets a width at once (each group's pool and block keep their input's
+width and widen with it). Both grow a quarter of the way in, as ``resnet`` and
+``resnet-widen`` do. Layer ids say where a layer
 sits: ``g2conv``, ``g2pool``, ``g2res`` are group 2's. Pure data: nothing here imports the spec
 or the schedule, which register these.
 """

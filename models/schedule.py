@@ -5,8 +5,8 @@ epochs); models/growth.py grows a model by one event.
 A growing model starts from a spec (usually the ``minimal`` one) and, before chosen epochs,
 gains one layer per event, or widens one: a ``widen`` event names an existing layer by its id
 and the width it grows to (``5:s2b1=widen(32)``, JSON ``{"epoch": 5, "type": "widen", "id":
-"s2b1", "width": 32}``); the layers after it that keep their input's width (a residual block)
-widen with it, and the first that sets its own width reads the wider input.
+"s2b1", "width": 32}``); the layers after it that keep their input's width (a pool, a residual
+block) widen with it, and the first that sets its own width reads the wider input.
 
 Epochs count from 0, as in the training loop: an event at epoch ``e`` is applied before epoch
 ``e`` runs, i.e. after ``e`` epochs of training, so ``e`` must lie in ``1 .. epochs - 1``.

@@ -34,7 +34,7 @@ def minimal():
 @pytest.mark.parametrize("epochs", [2, 3, 5, 10, 12, 30, 100])
 def test_named_schedules_are_valid_and_default_grows_minimal_into_default(epochs):
     start = resolve_spec("minimal", *FASHION)
-    # the resnet schedules grow their own starts (tests/test_resnet.py)
+    # the resnet schedules grow their own starts (tests/test_resnet.py, tests/test_resnet_short.py)
     names = [name for name in NAMED_SCHEDULES if not name.startswith("resnet")]
     grown = {name: validate_schedule(start, parse_schedule(name, epochs), epochs) for name in names}
     resnet_start = resolve_spec("resnet-start", (3, 32, 32), 10)
@@ -45,6 +45,13 @@ def test_named_schedules_are_valid_and_default_grows_minimal_into_default(epochs
         validate_schedule(narrow, parse_schedule("resnet-widen", epochs), epochs).layers
         == resnet_final.layers
     )
+    short_final = resolve_spec("resnet-short", (3, 32, 32), 10).layers
+    for start_name, schedule in (
+        ("resnet-short-start", "resnet-short"),
+        ("resnet-short-narrow", "resnet-short-widen"),
+    ):
+        short_start = resolve_spec(start_name, (3, 32, 32), 10)
+        assert validate_schedule(short_start, parse_schedule(schedule, epochs), epochs).layers == short_final
     assert grown["default"].layers == resolve_spec("default", *FASHION).layers
     assert grown["early"].layers == grown["default"].layers == grown["late"].layers
     assert len({json.dumps(grown[name].layers) for name in ("default", "deep", "wide-fc")}) == 3

@@ -66,7 +66,10 @@ def test_train_static_through_mlflow_run_logs_everything(tracking, tmp_path):
 def test_bad_input_is_one_line_and_a_failed_run(tracking):
     result = _mlflow_run(tracking, "subset=2000", "epochs=1", "spec=nonexistent", "progress=false")
     assert result.returncode != 0
-    known = "default, default-bn, minimal, minimal-bn, resnet, resnet-narrow, resnet-start, tiny"
+    known = (
+        "default, default-bn, minimal, minimal-bn, resnet, resnet-narrow, resnet-short, "
+        "resnet-short-narrow, resnet-short-start, resnet-start, tiny"
+    )
     assert f"error: --spec 'nonexistent' is neither a known spec ({known})" in result.stderr
     assert "Traceback" not in result.stderr.split("error:")[0][-2000:]
     run = mlflow.search_runs(search_all_experiments=True, output_format="list")[0]
