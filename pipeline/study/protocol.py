@@ -40,7 +40,7 @@ GATED_SEEDS: dict[tuple[int, int], str] = {
     (926, 929): "the residual widening check at static's seconds on the CPU: their test split was read",
     (931, 934): "the replication of the residual widening check on the CPU: their test split was read",
     (935, 937): "the widened residual network's random-order control: their test split was read",
-    (1000, 1000): "screened the residual network for short runs: its widths, and kept its recipe (validation)",
+    (1000, 1000): "screened the short-run residual network: chose its widths, kept its recipe (validation)",
 }
 
 
