@@ -11,9 +11,8 @@ identity through a zero batchnorm scale, or at random with the re-warm); ``resne
 has its layout at half its widths (about a quarter of its FLOPs), which ``resnet-short-widen``
 widens, every layer that sets a width at once (each group's pool and block keep their input's
 width and widen with it). Both grow a quarter of the way in, as ``resnet`` and
-``resnet-widen`` do. Layer ids say where a layer
-sits: ``g2conv``, ``g2pool``, ``g2res`` are group 2's. Pure data: nothing here imports the spec
-or the schedule, which register these.
+``resnet-widen`` do. Layer ids say where a layer sits: ``g2conv``, ``g2pool``, ``g2res`` are
+group 2's. Pure data: nothing here imports the spec or the schedule, which register these.
 """
 
 from __future__ import annotations

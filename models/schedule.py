@@ -199,41 +199,38 @@ def _default_bn(epochs: int) -> list[GrowthEvent]:
     ]
 
 
-def _resnet(epochs: int) -> list[GrowthEvent]:
-    """resnet-start into resnet (models/resnet.py): the two missing blocks of every stage, all
-    a quarter of the way in, as the default schedule grows."""
-    return _timed(epochs, [(DEFAULT_GROWTH_AT, layer, position) for layer, position in resnet.growth_steps()])
-
-
-def _resnet_widen(epochs: int) -> list[GrowthEvent]:
-    """resnet-narrow into resnet: every stage widened to its final width, all a quarter of the
-    way in, as the resnet schedule inserts its blocks."""
-    return _timed(
-        epochs,
-        [
-            (DEFAULT_GROWTH_AT, {"type": WIDEN, "id": layer, "width": width}, None)
-            for layer, width in resnet.widening_steps()
-        ],
-    )
-
-
-def _resnet_short(epochs: int) -> list[GrowthEvent]:
-    """resnet-short-start into resnet-short (models/resnet_short.py): each group's residual
-    block, all a quarter of the way in."""
-    steps = resnet_short.growth_steps()
+def _inserted(epochs: int, steps: list[tuple[dict, str]]) -> list[GrowthEvent]:
+    """Every (layer, position) of ``steps`` inserted a quarter of the way in, as the default
+    schedule grows."""
     return _timed(epochs, [(DEFAULT_GROWTH_AT, layer, position) for layer, position in steps])
 
 
-def _resnet_short_widen(epochs: int) -> list[GrowthEvent]:
-    """resnet-short-narrow into resnet-short: every layer that sets a width widened to the
-    baseline's, all a quarter of the way in."""
+def _widened(epochs: int, steps: list[tuple[str, int]]) -> list[GrowthEvent]:
+    """Every (layer, width) of ``steps`` widened a quarter of the way in, as ``_inserted``."""
     return _timed(
         epochs,
-        [
-            (DEFAULT_GROWTH_AT, {"type": WIDEN, "id": layer, "width": width}, None)
-            for layer, width in resnet_short.widening_steps()
-        ],
+        [(DEFAULT_GROWTH_AT, {"type": WIDEN, "id": layer, "width": width}, None) for layer, width in steps],
     )
+
+
+def _resnet(epochs: int) -> list[GrowthEvent]:
+    """resnet-start into resnet (models/resnet.py): the two missing blocks of every stage."""
+    return _inserted(epochs, resnet.growth_steps())
+
+
+def _resnet_widen(epochs: int) -> list[GrowthEvent]:
+    """resnet-narrow into resnet: every stage widened to its final width."""
+    return _widened(epochs, resnet.widening_steps())
+
+
+def _resnet_short(epochs: int) -> list[GrowthEvent]:
+    """resnet-short-start into resnet-short (models/resnet_short.py): each group's residual block."""
+    return _inserted(epochs, resnet_short.growth_steps())
+
+
+def _resnet_short_widen(epochs: int) -> list[GrowthEvent]:
+    """resnet-short-narrow into resnet-short: every layer that sets a width widened to the baseline's."""
+    return _widened(epochs, resnet_short.widening_steps())
 
 
 NAMED_SCHEDULES: dict[str, Callable[[int], list[GrowthEvent]]] = {
