@@ -5,7 +5,8 @@ line per recipe through its run lengths, with the target and the time limit draw
         --output docs/results/resnet/curve.png
 
 The JSON lists the points: ``{"recipe": ..., "epochs": ..., "minutes": ..., "acc": ...}`` each
-(and a ``"split"`` it was measured on); minutes are a whole run's on the machine the file names.
+(and a ``"split"`` it was measured on; a point's optional ``"label_offset": [dx, dy]``, in
+points, moves its label off a neighbour); minutes are a whole run's on the machine the file names.
 Nothing is trained.
 """
 
@@ -33,7 +34,8 @@ def main(points_file: str, output: str) -> None:
         xs, ys = [p["minutes"] for p in points], [100 * p["acc"] for p in points]
         ax.plot(xs, ys, marker="o", color=f"C{k}", label=recipe)
         for p, x, y in zip(points, xs, ys):
-            ax.annotate(f"{p['epochs']} ep", (x, y), textcoords="offset points", xytext=(5, -12), fontsize=8)
+            offset = tuple(p.get("label_offset", (5, -12)))  # points; a crowded point's label moves
+            ax.annotate(f"{p['epochs']} ep", (x, y), textcoords="offset points", xytext=offset, fontsize=8)
     ax.axhline(100 * doc["target"], color="grey", ls="--", lw=1)
     ax.axvline(doc["limit_minutes"], color="grey", ls=":", lw=1)
     note = {"textcoords": "offset points", "fontsize": 8, "color": "grey"}
