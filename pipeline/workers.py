@@ -38,11 +38,13 @@ def run_worker_processes(module: str, argv: list[str], n: int, index_env: str) -
             except subprocess.TimeoutExpired:
                 p.kill()
         raise
-    for p, code in zip(procs, codes):
+    for k, (p, code) in enumerate(zip(procs, codes)):
         if code < 0:
             click.echo(
-                f"worker {p.pid} was killed by signal {-code}; what it left running is retried "
+                f"worker {k} (pid {p.pid}) was killed by signal {-code}; what it left running is retried "
                 "once its heartbeat is stale",
                 err=True,
             )
+        elif code > 0:  # refused or failed: say so here, where its error scrolled by long ago
+            click.echo(f"worker {k} (pid {p.pid}) exited with code {code}; its error is above", err=True)
     return codes

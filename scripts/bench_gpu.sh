@@ -11,8 +11,8 @@
 #                                   # (validation only): one study per variant, all at once
 #   scripts/bench_gpu.sh resnet-confirm  # its confirmation: RECIPE="--lr ..." on SEEDS, a study
 #                                   # of WORKERS processes, test split once per run via evaluate
-#   scripts/bench_gpu.sh short      # the short-run baseline (resnet-short): its seconds alone, its
-#                                   # confirmation on SEEDS beside the curve's longer runs (CURVE)
+#   scripts/bench_gpu.sh short      # the short-run baseline (resnet-short): its seconds alone and
+#                                   # ALONE's, its confirmation on SEEDS beside CURVE's longer runs
 #
 # Results go under $OUT (default reports/gpu); runs to $MLFLOW_TRACKING_URI (default a store in
 # /tmp/gpu). Seeds: $SEEDS (default 130,131: never used to choose anything). Fashion-MNIST is read
@@ -113,40 +113,56 @@ resnet-confirm)
     ;;
 short)
     # Issue 47 on the short-run baseline (resnet-short; the growing arms from resnet-short-narrow
-    # by resnet-short-widen), as docs/results/preregistered.md names it. First, alone: static at
-    # EPOCHS on tuning seed 1000 (validation): the GPU's seconds an epoch and to its accuracy.
-    # Then side by side until END_S seconds after this part began: the confirmation (SEEDS,
-    # WORKERS processes, test split once per run) and the curve past the CPU's 30 minutes on seed
-    # 1000 (validation; chooses nothing): CURVE="spec:epochs ...". The study takes no new cell
-    # STOP_S before the end, so the cells under way finish and its report is written.
+    # by resnet-short-widen), as docs/results/preregistered.md names it. First, each alone, on
+    # tuning seed 1000 (validation): static resnet-short at EPOCHS (the GPU's seconds an epoch)
+    # and ALONE="spec:epochs ..." (curve points whose seconds count: ResNet-9's widths, where 90%
+    # may lie), each cut at ALONE_CAP_S. Then side by side until END_S seconds after the script
+    # began: the confirmation (SEEDS, WORKERS processes; each cell reads its test split as it
+    # finishes) beside CURVE="spec:epochs ..." (seed 1000, validation; seconds shared, so only
+    # their accuracy counts). The study takes no new cell STOP_S before END_S, so the cells under
+    # way can finish and its report be written; a cell still running at END_S is killed, missing.
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # see resnet-confirm
     short=(--dataset "$DATASET" --subset "$SUBSET" --device "$DEVICE" --experiment-name gpu-short
         --batch-size 256 --lr 0.2 --weight-decay 5e-4 --augment flip+crop --label-smoothing 0.1)
-    if [ -z "${SCORED:-}" ]; then
+    static_alone() {  # spec epochs
+        timeout -k 10 "${ALONE_CAP_S:-90}" "$PY" -m pipeline.train_static "${short[@]}" --spec "$1" \
+            --epochs "$2" --seed 1000 --run-name "alone-$(basename "$1" .json)-e$2" 2>&1 | tail -2 ||
+            echo "alone $1 at $2 epochs: exit $?"
+    }
+    if [ -z "${SCORED:-}" ]; then  # else the study scores the data itself
         "$PY" -m pipeline.score_difficulty --dataset "$DATASET" --subset "$SUBSET" --device "$DEVICE" \
-            --experiment-name gpu-short --run-name gpu-short-scores 2>&1 | tail -2
+            --experiment-name gpu-short --run-name gpu-short-scores 2>&1 | tail -2 || echo "scores: exit $?"
     fi
-    "$PY" -m pipeline.train_static "${short[@]}" --spec resnet-short --epochs "$EPOCHS" --seed 1000 \
-        --run-name "alone-resnet-short-e$EPOCHS" 2>&1 | tail -2
-    left=$((${END_S:-480} - SECONDS))
-    stop_h=$(awk -v s="$((left - ${STOP_S:-150}))" 'BEGIN { printf "%.4f", (s > 60 ? s : 60) / 3600 }')
-    echo "side by side for at most ${left} s; the study takes no new cell after ${stop_h} h"
-    timeout "$left" "$PY" -m pipeline.study "${short[@]}" --start-spec resnet-short-narrow \
+    static_alone resnet-short "$EPOCHS"
+    for point in ${ALONE-docs/results/resnet/gpu-short/wide64.json:16}; do
+        static_alone "${point%:*}" "${point##*:}"
+    done
+    stop_s=${STOP_S:-180}
+    left=$((${END_S:-540} - SECONDS))
+    if [ "$left" -le $((stop_s + 60)) ]; then
+        echo "short: only $left s left of END_S, too few for the study; nothing of SEEDS trained" >&2
+        keep_store
+        exit 1
+    fi
+    stop_h=$(awk -v s="$((left - stop_s))" 'BEGIN { printf "%.4f", s / 3600 }')
+    echo "side by side for at most $left s; the study takes no new cell after $stop_h h"
+    timeout -k 20 "$left" "$PY" -m pipeline.study "${short[@]}" --start-spec resnet-short-narrow \
         --schedule resnet-short-widen --phase confirm --arms static,dynamic,dynamic-random \
         --budgets "${BUDGETS:-epochs,flops:0.5,flops:1}" --seeds "$SEEDS" --epochs "$EPOCHS" \
         --workers "${WORKERS:-12}" --stop-after-hours "$stop_h" --study-name "${STUDY:-short-confirm}" \
         >"$OUT/confirm.log" 2>&1 &
-    for point in ${CURVE:-resnet-short:30 docs/results/resnet/gpu-short/wide64.json:16}; do
+    for point in ${CURVE-resnet-short:30}; do
         spec=${point%:*} epochs=${point##*:}
-        timeout "$left" "$PY" -m pipeline.train_static "${short[@]}" --spec "$spec" --epochs "$epochs" \
+        timeout -k 20 "$left" "$PY" -m pipeline.train_static "${short[@]}" --spec "$spec" --epochs "$epochs" \
             --seed 1000 --run-name "curve-$(basename "$spec" .json)-e$epochs" \
             >"$OUT/curve-$(basename "$spec" .json)-e$epochs.log" 2>&1 &
     done
     wait || true
     pkill -f "pipeline.study.*${STUDY:-short-confirm}" || true  # its workers, where the cap ended it
-    tail -25 "$OUT/confirm.log"
-    "$PY" scripts/bench_gpu_runs.py --experiment gpu-short --output "$OUT/short.md"
-    keep_store
+    sleep 3  # the killed processes' last writes, before the store is copied
+    keep_store  # first: the machine keeps nothing
+    tail -25 "$OUT/confirm.log" || true
+    "$PY" scripts/bench_gpu_runs.py --experiment gpu-short --output "$OUT/short.md" || echo "table: exit $?"
     ;;
 *)
     echo "say step, frontier, resnet-screen, resnet-confirm or short, not $part" >&2
