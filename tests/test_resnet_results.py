@@ -31,7 +31,7 @@ def recomputed(folder: Path, table: str = "comparisons.csv") -> tuple[pd.DataFra
 
 def test_every_study_folder_is_found():
     named = {"cpu-confirm", "cpu-control", "cpu-halfflops", "cpu-widen-seconds", "cpu-widen-seconds-2"}
-    named |= {"cpu-widen-order"}
+    named |= {"cpu-widen-order", "short-seconds-948-949"}
     assert {p.name for p in STUDIES} >= named
 
 
