@@ -182,7 +182,12 @@ def figure(points: pd.DataFrame, path: Path, title: str, metric: str) -> Path:
                 )
         ax.set(xlabel=xlabel, ylabel=f"{metric} (%), mean over seeds")
         ax.grid(alpha=0.3)
+    # Whole axes, not a zoom on the points: cells matched on seconds differ by a second or two,
+    # and a zoomed axis drew that as the figure's whole width.
+    axes[0].set_xlim(left=0, right=1.05 * max(1.0, float(points["trained_s"].max())))
     axes[1].set_xscale("log")
+    flops = (points["flops"] / ref_flops).fillna(1.0)
+    axes[1].set_xlim(min(0.5, 0.8 * flops.min()), max(2.0, 1.25 * flops.max()))
     multiple = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x")
     axes[1].xaxis.set_major_formatter(multiple)
     axes[1].xaxis.set_minor_formatter(multiple)
