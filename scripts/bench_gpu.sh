@@ -36,9 +36,10 @@ common=(--subset "$SUBSET" --device "$DEVICE" --seed "$first_seed" --experiment-
 # The residual baseline (issue 47): its recipe on both arms; EPOCHS is the point that fits 30
 # minutes on the CPU (docs/results/resnet/).
 EPOCHS=${EPOCHS:-20}
+# the residual networks' recipe, both arms (the short-run baseline's too)
+residual_recipe=(--batch-size 256 --weight-decay 5e-4 --augment flip+crop --label-smoothing 0.1 --lr 0.2)
 resnet=(--dataset "$DATASET" --subset "$SUBSET" --device "$DEVICE" --experiment-name gpu-resnet
-    --start-spec resnet-start --schedule resnet --batch-size 256 --weight-decay 5e-4 --augment flip+crop
-    --label-smoothing 0.1 --lr 0.2)
+    --start-spec resnet-start --schedule resnet "${residual_recipe[@]}")
 # The machine keeps nothing: the store's databases and the studies' reports come back under $OUT
 # (the models stay behind: a confirmation's cells have read their test split already).
 keep_store() { tar czf "$OUT/store.tgz" /tmp/gpu/*.db $(find mlruns -path '*artifacts/study' -type d 2>/dev/null) 2>/dev/null || true; }
@@ -123,7 +124,7 @@ short)
     # way can finish and its report be written; a cell still running at END_S is killed, missing.
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # see resnet-confirm
     short=(--dataset "$DATASET" --subset "$SUBSET" --device "$DEVICE" --experiment-name gpu-short
-        --batch-size 256 --lr 0.2 --weight-decay 5e-4 --augment flip+crop --label-smoothing 0.1)
+        "${residual_recipe[@]}")
     static_alone() {  # spec epochs
         timeout -k 10 "${ALONE_CAP_S:-90}" "$PY" -m pipeline.train_static "${short[@]}" --spec "$1" \
             --epochs "$2" --seed 1000 --run-name "alone-$(basename "$1" .json)-e$2" 2>&1 | tail -2 ||
