@@ -29,9 +29,15 @@ def recomputed(folder: Path, table: str = "comparisons.csv") -> tuple[pd.DataFra
     return stored, report.compare(pd.read_csv(folder / "cells.csv"), comparisons, stored["label"].iloc[0])
 
 
+def interval(line: dict) -> str:
+    """A comparison's difference and interval as the pages print them (with true minus signs)."""
+    shown = f"{line['diff_points']:+.2f} ({line['ci_low_points']:+.2f} to {line['ci_high_points']:+.2f})"
+    return shown.replace("-", "−")
+
+
 def test_every_study_folder_is_found():
     named = {"cpu-confirm", "cpu-control", "cpu-halfflops", "cpu-widen-seconds", "cpu-widen-seconds-2"}
-    named |= {"cpu-widen-order", "short-seconds-948-949"}
+    named |= {"cpu-widen-order", "short-seconds-948-949", "gpu-short"}
     assert {p.name for p in STUDIES} >= named
 
 
@@ -60,7 +66,24 @@ def test_the_pooled_widening_checks_are_what_the_residual_page_says():
         "records"
     )
     assert line["n"] == 8 and line["ahead"] == 6
-    shown = f"{line['diff_points']:+.2f} ({line['ci_low_points']:+.2f} to {line['ci_high_points']:+.2f})"
     page = (RESNET / "README.md").read_text()
-    assert shown.replace("-", "−") in page, shown
+    assert interval(line) in page, interval(line)
     assert f"| {line['p_t']:.2f} | {line['flops_ratio']:.2f}x |" in page
+
+
+def test_the_gpu_checks_first_call_gives_the_view_the_residual_page_shows():
+    # The preregistered command finished 29 of 40 cells; a second call trained the rest. The page
+    # shows each comparison on the first call's cells too (first-call-cells.txt lists them).
+    folder = RESNET / "gpu-short"
+    rows = pd.read_csv(folder / "cells.csv")
+    first = set((folder / "first-call-cells.txt").read_text().split())
+    assert len(first) == 29 and first < set(rows["cell"]) and len(rows) == 40
+    arms = grid.parse_arms("static,dynamic,dynamic-random")
+    budgets = tuple(grid.parse_budget(b) for b in ("epochs", "flops:0.5", "flops:1"))
+    table = report.compare(rows[rows["cell"].isin(first)], grid.comparisons(arms, budgets), "x")
+    page = (RESNET / "README.md").read_text()
+    for line in table.to_dict("records"):
+        assert f"{interval(line)} | {line['n']} |" in page, (line["comparison"], interval(line))
+    five = pd.concat([pd.read_csv(folder / t) for t in ("comparisons.csv", "controls.csv")])
+    for line in five.to_dict("records"):  # all five seeds, the controls too
+        assert f"{interval(line)} | {line['ahead']} of 5 |" in page.replace("**", ""), interval(line)
