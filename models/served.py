@@ -9,7 +9,9 @@ takes raw images as the dataset stores them:
 
 Served with ``mlflow models serve``, it answers ``{"inputs": [...]}`` with the same numbers.
 A network with exits answers by input-adaptive inference at the thresholds saved with it: each
-image leaves at the first exit confident enough, and its probabilities are that exit's.
+image leaves at the first exit confident enough, and its probabilities are that exit's. One
+trained with ``--tta flip`` (no exits) answers with its logits averaged over each image and its
+mirror, as its validation and ``evaluate`` read it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 import torch
 
 from models.io import PREPROCESS, WEIGHTS, load_model
+from models.tta import with_tta
 
 
 class SpecNetClassifier(mlflow.pyfunc.PythonModel):
@@ -31,6 +34,7 @@ class SpecNetClassifier(mlflow.pyfunc.PythonModel):
         self.input_shape = tuple(pre["input_shape"])  # (C, H, W)
         self.mean = torch.tensor(pre["mean"], dtype=torch.float32).view(1, -1, 1, 1)  # (1, C, 1, 1)
         self.std = torch.tensor(pre["std"], dtype=torch.float32).view(1, -1, 1, 1)
+        self.tta = pre.get("tta", "none")  # a model logged before --tta existed: none
 
     # np.ndarray: a hint MLflow accepts without inferring a schema from it (the logged tensor
     # signature is the schema); with no hint it warns on every load.
@@ -42,7 +46,10 @@ class SpecNetClassifier(mlflow.pyfunc.PythonModel):
             )
         x = (x.float() / 255.0 - self.mean) / self.std  # as pipeline.data.splits normalises
         with torch.no_grad():
-            logits, _ = self.model.adaptive(x)  # the full forward where there are no exits
+            if self.tta == "none":
+                logits, _ = self.model.adaptive(x)  # the full forward where there are no exits
+            else:  # training refuses --tta with exits: the whole network, read as tta says
+                logits = with_tta(self.model, self.tta)(x).float()
             return torch.softmax(logits, dim=1).numpy()  # (N, classes)
 
 

@@ -8,7 +8,8 @@ only to cut its tiers; training steps and tune never load it). For each training
 from its logged safetensors file and spec (nothing is unpickled), reloads exactly the data the
 run trained on (checked by digest), takes test tiers from the run's score_difficulty run, and
 measures accuracy overall and per tier, per-class accuracy, the confusion matrix and inference
-time per example by tier (``pipeline/evaluation.py``).
+time per example by tier (``pipeline/evaluation.py``), reading the network as the run's
+validation did (its ``--tta``).
 
 Where results go: the test metrics (``test/acc``, ``test/acc_hard``, ...) are logged on the
 training run itself, so that the MLflow UI's compare view shows them in the same row as the
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 
 from models.io import load_model
+from models.tta import TTAS, with_tta
 from pipeline import exits, report
 from pipeline.cli import build_config, config_options, help_text, opt
 from pipeline.codec import flat_params, from_params
@@ -198,12 +200,15 @@ def evaluate_run(run_id: str, cfg: EvaluateConfig, data_cache: dict, tmp: Path) 
         path = client.download_artifacts(run_id, f"{MODEL_ARTIFACT_DIR}/{MODEL_FILE}", str(dest))
     except (mlflow.exceptions.MlflowException, OSError):
         raise UpstreamError(f"run {run_id} has no {MODEL_ARTIFACT_DIR}/{MODEL_FILE} artifact") from None
+    tta = run.data.params.get("tta", "none")  # a run from before --tta existed read it plainly
+    if tta not in TTAS:
+        raise UpstreamError(f"run {run_id} logged tta {tta!r}; this version reads {', '.join(TTAS)}")
     device = inference_device(cfg.device)
     model = load_model(path, device)
     test = data.test.to(device)
     precision = resolve_precision(cfg.precision, device)
     metrics, per_class, confusion = compute_test_metrics(
-        model, test, tiers, data.classes, cfg.batch_size, precision
+        with_tta(model, tta), test, tiers, data.classes, cfg.batch_size, precision
     )
     per_class.to_csv(dest / "per_class.csv", index=False)
     confusion.to_csv(dest / "confusion_matrix.csv")
@@ -240,6 +245,7 @@ def evaluate_run(run_id: str, cfg: EvaluateConfig, data_cache: dict, tmp: Path) 
     )
     client.set_tag(run_id, "test_scores_run_id", scores_ref or "")
     client.set_tag(run_id, "test_precision", precision)  # the test metrics' arithmetic
+    client.set_tag(run_id, "test_tta", tta)  # and how they read the network
     return metrics
 
 

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pandas as pd
 import torch
+from torch import nn
 
 from models.builder import SpecNet
 from models.flops import flops_per_example
@@ -32,7 +33,7 @@ BATCH1_EXAMPLES = 1000
 
 @torch.no_grad()
 def inference_ms_per_example(
-    model: SpecNet, x: torch.Tensor, batch_size: int, precision: str = "fp32", adaptive: bool = False
+    model: nn.Module, x: torch.Tensor, batch_size: int, precision: str = "fp32", adaptive: bool = False
 ) -> float:
     """Median over repeats of the eval-mode time per example, in milliseconds, on up to
     ``TIMED_EXAMPLES`` of ``x``: the plain forward under the autocast of ``precision``
@@ -56,7 +57,7 @@ def inference_ms_per_example(
 
 
 def compute_test_metrics(
-    model: SpecNet,
+    model: nn.Module,
     test: Split,
     tiers: torch.Tensor | None,
     classes: list[str],
@@ -64,7 +65,8 @@ def compute_test_metrics(
     precision: str = "fp32",
 ) -> tuple[dict[str, float], pd.DataFrame, pd.DataFrame]:
     """Test metrics overall and per tier, per-class accuracy and the confusion matrix, with
-    forward passes under the autocast of ``precision`` (resolved)."""
+    forward passes under the autocast of ``precision`` (resolved); ``model`` is the network as
+    the run reads it (``models.tta.with_tta``), timed so too."""
     result = evaluate_split(model, test, batch_size, precision=precision)
     y = test.y.cpu()
     metrics = {

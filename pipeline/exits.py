@@ -241,6 +241,16 @@ def _broadcast(values: tuple[float, ...], n: int, option: str) -> tuple[float, .
     return values
 
 
+def refuse_tta_with_exits(spec: ArchSpec, tta: str) -> None:
+    """``--tta`` reads the head on each image's transformed copies; a network with exits answers
+    through them (adaptive inference at calibrated thresholds), which it does not read."""
+    if spec.exits and tta != "none":
+        raise ExitError(
+            f"--tta {tta} with --exits: test-time augmentation reads the head alone, and a network "
+            "with exits answers through them; use one or the other"
+        )
+
+
 def with_exits(spec: ArchSpec, text: str, epochs: int, events=None) -> ArchSpec:
     """``spec`` carrying the exits ``--exits`` asks for. ``stages`` with growth ``events``: each
     stage's head; without (train_static): the exits of the default schedule grown from the

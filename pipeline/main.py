@@ -68,6 +68,7 @@ class MainConfig:
     ema_decay: float = opt(
         TrainConfig.ema_decay, "weight-average decay of every training step (see train_static --help)"
     )
+    tta: str = opt(TrainConfig.tta, "test-time augmentation of every training step: none or flip")
     experiment_name: str = opt("", "MLflow experiment of main and its steps; empty: growing-cnn")
     registered_model: str = opt(
         "",
@@ -139,7 +140,7 @@ def champion_name(cfg: MainConfig) -> str:
     return cfg.registered_model or f"growing-cnn-{dataset_name(cfg.dataset)}"
 
 
-RECIPE = ("augment", "label_smoothing", "mixup", "weight_decay", "ema_decay")
+RECIPE = ("augment", "label_smoothing", "mixup", "weight_decay", "ema_decay", "tta")
 
 
 def training_options(cfg: MainConfig) -> dict:

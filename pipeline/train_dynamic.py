@@ -20,7 +20,7 @@ from pipeline.curriculum.config import DynamicCurriculumConfig
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
-from pipeline.exits import ExitConfig, with_exits
+from pipeline.exits import ExitConfig, refuse_tta_with_exits, with_exits
 from pipeline.growth.config import GrowthConfig
 from pipeline.run.length import resolve_run_length
 from pipeline.run.plan import ExperimentPlan, stages
@@ -76,6 +76,7 @@ def run(
     else:
         start = with_exits(start, exit_cfg.exits, length.train_cfg.epochs)
         final = validate_schedule(start, events, length.train_cfg.epochs)  # growth must fit the exits
+    refuse_tta_with_exits(final, train_cfg.tta)
     exit_cfg.thresholds_for(final)  # a wrong count fails now, not after training
     plan = ExperimentPlan(
         length.train_cfg,

@@ -16,7 +16,7 @@ from pipeline.curriculum.config import CurriculumConfig
 from pipeline.data.config import DataConfig
 from pipeline.data.dataset import Data
 from pipeline.data.splits import load_data
-from pipeline.exits import ExitConfig, with_exits
+from pipeline.exits import ExitConfig, refuse_tta_with_exits, with_exits
 from pipeline.run.length import resolve_run_length
 from pipeline.run.plan import ExperimentPlan, stages
 from pipeline.run.request import TrainingRequest, run_training
@@ -44,6 +44,7 @@ def prepare(
     data = load_data(data_cfg)
     spec = resolve_spec(static_cfg.spec, data.input_shape, data.num_classes)
     spec = with_exits(spec, exit_cfg.exits, train_cfg.epochs)
+    refuse_tta_with_exits(spec, train_cfg.tta)
     exit_cfg.thresholds_for(spec)  # a wrong count fails now, not after training
     return data, spec
 

@@ -195,6 +195,13 @@ CASES = [
     ),
     Case("label smoothing of 1", STATIC, (*SCORED, "--label-smoothing", "1"), "--label-smoothing must be"),
     Case("weight average decay of 1", DYNAMIC, (*SCORED, "--ema-decay", "1"), "--ema-decay must be"),
+    Case("an unknown test-time augmentation", STATIC, (*SCORED, "--tta", "mirror"), "--tta 'mirror': use"),
+    Case(
+        "test-time flips and exits",
+        DYNAMIC,
+        (*SCORED, "--tta", "flip", "--exits", "stages"),
+        "--tta flip with --exits",
+    ),
     Case("negative growth re-warm", DYNAMIC, (*SCORED, "--growth-rewarm", "-0.1"), "--growth-rewarm must be"),
     Case("zero growth rate scale", DYNAMIC, (*SCORED, "--growth-lr-scale", "0"), "--growth-lr-scale must be"),
     Case("unknown compile mode", STATIC, (*SCORED, "--compile", "true", "--compile-mode", "x"), "mode 'x'"),

@@ -71,3 +71,12 @@ def test_a_growing_run_compiles_with_cuda_graphs(tracking):
     run = mlflow.get_run(run_id)
     assert run.data.tags["health"] in ("ok", "dipped")
     assert mlflow.artifacts.load_dict(f"runs:/{run_id}/architecture_trace.json")["events"]
+
+
+def test_flip_tta_reads_a_network_compiled_with_cuda_graphs(tracking):
+    """Validation reads the compiled network once per batch for both halves (models/tta.py): a
+    second call would overwrite the first call's CUDA-graph output before the two are averaged."""
+    args = [*DATA, "--device", "cuda", "--spec", "tiny", "--epochs", "2", "--tta", "flip"]
+    run_id = _ok(train_static.main, [*args, "--compile", "true", "--compile-mode", "reduce-overhead"])
+    run = mlflow.get_run(run_id)
+    assert run.data.params["tta"] == "flip" and run.data.metrics["val/acc"] > 0.5

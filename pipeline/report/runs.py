@@ -34,6 +34,7 @@ RECIPE_DEFAULTS = {
     "label_smoothing": "0",
     "mixup": "0",
     "ema_decay": "0",
+    "tta": "none",
     "clip_grad": "0",
 }
 

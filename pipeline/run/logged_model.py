@@ -83,8 +83,9 @@ def signature(data: Data) -> ModelSignature:
     )
 
 
-def log_classifier(model: SpecNet, data: Data, name: str, tmp: Path) -> str:
-    """Log ``model`` as an MLflow Model of the active run, tag the run with its id; the id."""
+def log_classifier(model: SpecNet, data: Data, name: str, tmp: Path, tta: str = "none") -> str:
+    """Log ``model`` as an MLflow Model of the active run, tag the run with its id; the id. The
+    served model reads images as ``tta`` says (``--tta``), as validation and evaluate did."""
     if not data.mean:
         raise ValueError("the data carries no normalisation statistics (Data.mean, Data.std)")
     folder = tmp / "mlflow-model"
@@ -99,6 +100,7 @@ def log_classifier(model: SpecNet, data: Data, name: str, tmp: Path) -> str:
                 "classes": list(data.classes),
                 "dataset": data.name,
                 "data_digest": data.digest,
+                "tta": tta,
             },
             indent=2,
         )

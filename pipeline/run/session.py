@@ -236,7 +236,7 @@ def finish_training(
     # the figure says what health says: a dip or a collapse is seen, not only tagged
     health_line = "" if verdict.verdict == "ok" else f"\nhealth {verdict.describe()}"
     log_final_artifacts(state, plan, tmp, title=run_title(run_name) + health_line)
-    return log_classifier(state.model, data, run_name, tmp)
+    return log_classifier(state.model, data, run_name, tmp, tta=cfg.tta)
 
 
 def _first_state(

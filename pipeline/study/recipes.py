@@ -50,6 +50,7 @@ RECIPES: dict[str, Recipe] = {
         "the same at three times that scale", growth={"growth_init": "preserve", "growth_noise": 3.0}
     ),
     "ema": Recipe("a weight average (decay 0.999) on both arms", both={"ema_decay": 0.999}),
+    "tta": Recipe("each image read with its mirror too (validation, test), both arms", both={"tta": "flip"}),
     "erase": Recipe("random erasing on both arms", both={"augment": "erase"}),
     "wd1e-3": Recipe("weight decay 1e-3 on both arms", both={"weight_decay": 1e-3}),
     "erase+wd1e-3": Recipe("random erasing and weight decay 1e-3 on both arms", both=ERASE_WD),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from models.tta import TTAS
 from pipeline.cli import SEED_MAX, ConfigError, opt, option_name
 from pipeline.data.augment import AUGMENTATIONS
 from pipeline.device import pick_device
@@ -47,6 +48,11 @@ class TrainConfig:
         "per-step decay of an exponential moving average of the weights, which validation, the "
         "logged model and evaluate then use instead of the last step's (0: none; it restarts at "
         "each growth event)",
+    )
+    tta: str = opt(
+        "none",
+        "test-time augmentation, in validation, evaluate and the logged model alike: none, or flip "
+        "(each image's logits averaged with its mirror's; two forward passes an image)",
     )
     growth_rewarm: float = opt(
         0.05,
@@ -119,6 +125,8 @@ class TrainConfig:
             raise ConfigError(f"--mixup must be a non-negative alpha, got {self.mixup}")
         if not 0 <= self.ema_decay < 1:
             raise ConfigError(f"--ema-decay must be a fraction in [0, 1), got {self.ema_decay}")
+        if self.tta not in TTAS:
+            raise ConfigError(f"--tta {self.tta!r}: use one of {', '.join(TTAS)}")
         if not 0 <= self.growth_rewarm < 1:
             raise ConfigError(f"--growth-rewarm must be a fraction in [0, 1), got {self.growth_rewarm}")
         if not 0 < self.growth_lr_scale < math.inf:

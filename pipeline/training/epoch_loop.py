@@ -17,6 +17,7 @@ from torch import nn
 
 from models.builder import SpecNet, count_parameters
 from models.flops import flops_per_example
+from models.tta import with_tta
 from pipeline.budget import timing
 from pipeline.budget.meter import BudgetMeter, step_allowed
 from pipeline.budget.replan import settle_seconds
@@ -78,12 +79,12 @@ def fit(
     ``on_epoch(epoch, metrics, state)`` sees every epoch's metrics (logging, pruning);
     ``checkpoint`` is called after the first epoch, after the last (or the one the run stops
     early at) and between as often as ``checkpoint_pace`` allows (by default after every epoch
-    unless writing one is slow next to an epoch). A
-    ``meter`` (``pipeline/budget/meter.BudgetMeter``) ends training before a step its FLOPs or
-    seconds budget cannot pay for; with ``--stop-on-collapse`` a run that has died
-    (``health.should_stop``) ends early. With ``--ema-decay``, validation sees the weight
-    average, and at the end the model takes its weights. ``probes`` (``probes.py``: early exits,
-    label noise) add their measurements to each epoch's metrics.
+    unless writing one is slow next to an epoch). A ``meter`` (``pipeline/budget/meter.BudgetMeter``)
+    ends training before a step its FLOPs or seconds budget cannot pay for; with
+    ``--stop-on-collapse`` a run that has died (``health.should_stop``) ends early. With
+    ``--ema-decay``, validation sees the weight average, and at the end the model takes its
+    weights; with ``--tta flip`` it reads each image and its mirror. ``probes`` (``probes.py``:
+    early exits, label noise) add their measurements to each epoch's metrics.
     """
     state.progress = state.progress or RunProgress(cfg.epochs)
     loop = _EpochLoop(state, data, cfg, plan, val_tiers=val_tiers, meter=meter, probes=probes)
@@ -281,7 +282,7 @@ class _EpochLoop:
         """Validation (the whole split or the monitoring sample), the epoch's bookkeeping and
         its metrics, with what the run's probes measure."""
         state, data, cfg, meter = self.state, self.data, self.cfg, self.meter
-        scored = self.forward if state.average is None else state.average.model
+        scored = with_tta(self.forward if state.average is None else state.average.model, cfg.tta)
         with timing.timed(self.parts, "val"):
             whole = (
                 epoch in self.watched

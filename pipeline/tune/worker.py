@@ -94,14 +94,14 @@ class TrialRun:
     def log_params(self, params: dict[str, str]) -> None:
         log_params_shown(params, self.run_id)
 
-    def log_model(self, model, data: Data) -> None:
+    def log_model(self, model, data: Data, tta: str) -> None:
         """Log ``model`` as this trial's MLflow Model, so that tune can register the best."""
         # The fluent API logs models into the active run: make it this one (nested under the
         # study's parent when that is open in this process). Leaving the block ends the run
         # FINISHED, which __exit__ then confirms.
         nested = mlflow.active_run() is not None
         with mlflow.start_run(run_id=self.run_id, nested=nested), scratch_dir() as tmp:
-            log_classifier(model, data, self.client.get_run(self.run_id).info.run_name, tmp)
+            log_classifier(model, data, self.client.get_run(self.run_id).info.run_name, tmp, tta=tta)
 
     def set_tags(self, tags: dict[str, str]) -> None:
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
@@ -268,7 +268,7 @@ class Worker:
         run.log_metrics(
             {"final/val_acc": last["val/acc"], "time/total_s": state.cumulative_s}, step=state.epoch - 1
         )
-        run.log_model(state.model, self.data)
+        run.log_model(state.model, self.data, train_cfg.tta)
         click.echo(
             f"trial {trial.number}: val/acc {last['val/acc']:.4f} in {state.cumulative_s:.1f}s "
             f"[{candidate.schedule() or 'no growth'}; {candidate.pacing}; lr {candidate.lr:.3g}]"
