@@ -180,26 +180,40 @@ def data_config_of(run: mlflow.entities.Run) -> DataConfig:
         raise UpstreamError(f"run {run.info.run_id}: {err}") from None
 
 
+def data_of(run: mlflow.entities.Run, data_cache: dict, include_test: bool) -> Data:
+    """The data ``run`` trained on, rebuilt from its parameters (``data_cache``: one load per
+    set of data options) and checked against its logged digest."""
+    data_cfg = data_config_of(run)
+    if data_cfg not in data_cache:
+        data_cache[data_cfg] = load_data(data_cfg, include_test=include_test)
+    data: Data = data_cache[data_cfg]
+    if run.data.params.get("data_digest") != data.digest:
+        raise UpstreamError(
+            f"run {run.info.run_id} trained on data digest {run.data.params.get('data_digest')}, "
+            f"but its data options now give {data.digest}: the data changed"
+        )
+    return data
+
+
+def logged_weights(run_id: str, dest: Path) -> str:
+    """The local path of ``run_id``'s logged safetensors file, downloaded under ``dest``."""
+    try:
+        return mlflow.MlflowClient().download_artifacts(
+            run_id, f"{MODEL_ARTIFACT_DIR}/{MODEL_FILE}", str(dest)
+        )
+    except (mlflow.exceptions.MlflowException, OSError):
+        raise UpstreamError(f"run {run_id} has no {MODEL_ARTIFACT_DIR}/{MODEL_FILE} artifact") from None
+
+
 def evaluate_run(run_id: str, cfg: EvaluateConfig, data_cache: dict, tmp: Path) -> dict[str, float]:
     """Evaluate one training run and log the results onto it; returns its test metrics."""
     client = mlflow.MlflowClient()
     run = client.get_run(run_id)
-    data_cfg = data_config_of(run)
-    if data_cfg not in data_cache:
-        data_cache[data_cfg] = load_data(data_cfg, include_test=True)
-    data: Data = data_cache[data_cfg]
-    if run.data.params.get("data_digest") != data.digest:
-        raise UpstreamError(
-            f"run {run_id} trained on data digest {run.data.params.get('data_digest')}, "
-            f"but its data options now give {data.digest}: the data changed"
-        )
+    data = data_of(run, data_cache, include_test=True)
     scores_ref = run.data.tags.get("scores_run_id") or find_scores_run(data)
     tiers = load_scores(scores_ref, data).tiers_for(data.test, "test") if scores_ref else None
     dest = tmp / run_id
-    try:
-        path = client.download_artifacts(run_id, f"{MODEL_ARTIFACT_DIR}/{MODEL_FILE}", str(dest))
-    except (mlflow.exceptions.MlflowException, OSError):
-        raise UpstreamError(f"run {run_id} has no {MODEL_ARTIFACT_DIR}/{MODEL_FILE} artifact") from None
+    path = logged_weights(run_id, dest)
     tta = run.data.params.get("tta", "none")  # a run from before --tta existed read it plainly
     if tta not in TTAS:
         raise UpstreamError(f"run {run_id} logged tta {tta!r}; this version reads {', '.join(TTAS)}")

@@ -24,24 +24,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run
 
 from models.io import load_model
 from models.tta import TTAS, with_tta
-from pipeline.data.splits import load_data
-from pipeline.evaluate import data_config_of
-from pipeline.run.session import MODEL_ARTIFACT_DIR, MODEL_FILE
+from pipeline.evaluate import data_of, logged_weights
+from pipeline.tracking.errors import UpstreamError
 from pipeline.training.loop import evaluate_split
 
 
 def run_row(run_id: str, data_cache: dict, tmp: Path) -> dict:
     run = mlflow.get_run(run_id)
-    data_cfg = data_config_of(run)
-    if data_cfg not in data_cache:
-        data_cache[data_cfg] = load_data(data_cfg)
-    data = data_cache[data_cfg]
-    if run.data.params.get("data_digest") != data.digest:
-        raise click.ClickException(f"run {run_id} trained on other data than its parameters give now")
-    path = mlflow.artifacts.download_artifacts(
-        run_id=run_id, artifact_path=f"{MODEL_ARTIFACT_DIR}/{MODEL_FILE}", dst_path=str(tmp / run_id)
-    )
-    model = load_model(path, torch.device("cpu"))
+    data = data_of(run, data_cache, include_test=False)  # validation only: test is evaluate's
+    model = load_model(logged_weights(run_id, tmp / run_id), torch.device("cpu"))
     accs = {tta: evaluate_split(with_tta(model, tta), data.val).acc for tta in TTAS}
     return {"run": run.info.run_name, "seed": run.data.params.get("seed", ""), **accs}
 
@@ -56,7 +47,10 @@ def main(runs: str, output: Path | None) -> None:
     rows, cache = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         for run_id in ids:
-            rows.append(run_row(run_id, cache, Path(tmp)))
+            try:
+                rows.append(run_row(run_id, cache, Path(tmp)))
+            except UpstreamError as err:  # data or model the run no longer matches: one line
+                raise click.ClickException(str(err)) from None
     others = [tta for tta in TTAS if tta != "none"]
     head = ["run", "seed", "val acc, plain", *(f"val acc, {t}" for t in others)]
     head += [f"{t} − plain, points" for t in others]

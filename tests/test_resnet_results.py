@@ -35,6 +35,15 @@ def interval(line: dict) -> str:
     return shown.replace("-", "−")
 
 
+def seconds_comparison(rows: pd.DataFrame) -> dict:
+    """Growth at static's seconds against static, over ``rows`` (cells of one or more studies)."""
+    budgets = (grid.parse_budget("seconds"),)
+    (line,) = report.compare(rows, grid.comparisons(grid.parse_arms("static,dynamic"), budgets), "x").to_dict(
+        "records"
+    )
+    return line
+
+
 def test_every_study_folder_is_found():
     named = {"cpu-confirm", "cpu-control", "cpu-halfflops", "cpu-widen-seconds", "cpu-widen-seconds-2"}
     named |= {"cpu-widen-order", "short-seconds-948-949", "short-seconds-950-951", "gpu-short"}
@@ -61,10 +70,7 @@ def test_the_pooled_widening_checks_are_what_the_residual_page_says():
     rows = pd.concat(
         [pd.read_csv(RESNET / f / "cells.csv") for f in ("cpu-widen-seconds", "cpu-widen-seconds-2")]
     )
-    budgets = (grid.parse_budget("seconds"),)
-    (line,) = report.compare(rows, grid.comparisons(grid.parse_arms("static,dynamic"), budgets), "x").to_dict(
-        "records"
-    )
+    line = seconds_comparison(rows)
     assert line["n"] == 8 and line["ahead"] == 6
     page = (RESNET / "README.md").read_text()
     assert interval(line) in page, interval(line)
@@ -95,10 +101,7 @@ def test_the_short_run_seconds_pairs_so_far_are_what_the_residual_page_says():
     # the pairs so far, labelled partial.
     folders = sorted(RESNET.glob("short-seconds-*"))
     rows = pd.concat([pd.read_csv(f / "cells.csv") for f in folders])
-    budgets = (grid.parse_budget("seconds"),)
-    (line,) = report.compare(rows, grid.comparisons(grid.parse_arms("static,dynamic"), budgets), "x").to_dict(
-        "records"
-    )
+    line = seconds_comparison(rows)
     assert line["n"] == rows["seed"].nunique()  # every seed's pair trained
     page = (RESNET / "README.md").read_text()
     assert f"{interval(line)} | {line['ahead']} of {line['n']} |" in page, interval(line)
