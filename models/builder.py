@@ -149,5 +149,35 @@ def build_model(spec: ArchSpec) -> SpecNet:
     return SpecNet(spec)
 
 
+# Training images a fitted layer sees: airbench fits its whitening on 5,000, plenty for the
+# (C k^2)^2 patch covariance (a 12 x 12 one for RGB and 2 x 2 patches).
+FIT_IMAGES = 5000
+
+
+@torch.no_grad()
+def fit_to_data(model: SpecNet, images: torch.Tensor) -> list[str]:
+    """Set each layer whose type is fitted to data (``LayerType.fit``: a whitening stem) from the
+    input that ``images`` (B, C, H, W: training images, on the model's device) give it, in order,
+    so a later one sees an earlier one's fitted output; returns their ids. The layers before run
+    in eval mode and are not changed; nothing runs past the last fitted layer."""
+    fitted = [layer["id"] for layer in model.spec.layers if LAYERS[layer["type"]].fit is not None]
+    if not fitted:
+        return []
+    kinds = {layer["id"]: LAYERS[layer["type"]] for layer in model.spec.layers}
+    was_training = model.training
+    model.eval()
+    try:
+        x = images.float()
+        for lid, module in model.layers.items():
+            if lid in fitted:
+                kinds[lid].fit(module, x)
+            if lid == fitted[-1]:
+                break
+            x = module(x)
+    finally:
+        model.train(was_training)
+    return fitted
+
+
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())

@@ -165,8 +165,8 @@ def check_event(event: GrowthEvent) -> None:
         return
     if event.type in LAYERS and not LAYERS[event.type].growable:
         raise GrowthError(
-            f"growth event {event.to_compact()}: a {event.type} layer is a network's head, there from "
-            f"its start; growth inserts one of {', '.join(GROWABLE_TYPES)}"
+            f"growth event {event.to_compact()}: a {event.type} layer is in a network from its start "
+            f"(its stem or head), never inserted; growth inserts one of {', '.join(GROWABLE_TYPES)}"
         )
     try:
         normalise_layer({"id": event.id or "new", **event.layer})

@@ -11,8 +11,10 @@ identity through a zero batchnorm scale, or at random with the re-warm); ``resne
 has its layout at half its widths (about a quarter of its FLOPs), which ``resnet-short-widen``
 widens, every layer that sets a width at once (each group's pool and block keep their input's
 width and widen with it). Both grow a quarter of the way in, as ``resnet`` and
-``resnet-widen`` do. Layer ids say where a layer sits: ``g2conv``, ``g2pool``, ``g2res`` are
-group 2's. Pure data: nothing here imports the spec or the schedule, which register these.
+``resnet-widen`` do. ``resnet-short-whiten`` is the baseline with airbench's frozen
+patch-whitening stem (``models/layers/whiten.py``) in place of its first convolution, a static
+network (no start grows into it yet). Layer ids say where a layer sits: ``g2conv``,
+``g2pool``, ``g2res`` are group 2's. Pure data: nothing here imports the spec or the schedule, which register these.
 """
 
 from __future__ import annotations
@@ -26,10 +28,14 @@ def _ids(group: int) -> tuple[str, str, str]:
 
 
 def short_layers(
-    residual: bool = True, stem: int = STEM_WIDTH, widths: tuple[int, ...] = WIDTHS
+    residual: bool = True, stem: int = STEM_WIDTH, widths: tuple[int, ...] = WIDTHS, whiten: bool = False
 ) -> list[dict]:
-    """stem, each group's convolution, pool and (with ``residual``) residual block, gap."""
-    layers = [{"id": "stem", "type": "convbn", "out_channels": stem}]
+    """stem, each group's convolution, pool and (with ``residual``) residual block, gap. With
+    ``whiten`` the stem is airbench's 2x2 patch whitening (``whiten``: 24 channels for RGB, as
+    ``stem``'s default, and a 31x31 map) instead of a 3x3 convbn."""
+    layers = [
+        {"id": "stem", "type": "whiten"} if whiten else {"id": "stem", "type": "convbn", "out_channels": stem}
+    ]
     for group, width in enumerate(widths, start=1):
         conv, pool, res = _ids(group)
         layers += [

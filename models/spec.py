@@ -367,6 +367,8 @@ NAMED_SPECS = {
     "resnet-short": resnet_short.short_layers,
     "resnet-short-start": lambda: resnet_short.short_layers(residual=False),
     "resnet-short-narrow": resnet_short.narrow_layers,
+    # the baseline with airbench's patch-whitening stem (models/layers/whiten.py), static
+    "resnet-short-whiten": lambda: resnet_short.short_layers(whiten=True),
 }
 
 

@@ -71,7 +71,7 @@ def test_a_shape_keeping_resblock_starts_as_the_identity_and_widening_keeps_its_
 def test_gap_is_a_head_growth_does_not_insert():
     spec = resolve_spec("resnet-start", *CIFAR)
     assert infer_shapes(spec)[-1] == (64,)  # the head reads a channel mean each
-    with pytest.raises(GrowthError, match="a gap layer is a network's head"):
+    with pytest.raises(GrowthError, match="a gap layer is in a network from its start"):
         parse_schedule("2:gap")
 
 

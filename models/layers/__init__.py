@@ -24,6 +24,7 @@ from models.layers.pool import POOL
 from models.layers.resblock import RESBLOCK
 from models.layers.residual import RESIDUAL
 from models.layers.sepconv import SEPCONV
+from models.layers.whiten import WHITEN
 
 __all__ = [
     "GROWABLE_TYPES",
@@ -38,7 +39,7 @@ __all__ = [
 
 # The order is the one error messages and tune's default --layer-types list them in.
 LAYERS: dict[str, LayerType] = {
-    t.name: t for t in (CONV, POOL, DROPOUT, FC, BATCHNORM, RESIDUAL, SEPCONV, CONVBN, RESBLOCK, GAP)
+    t.name: t for t in (CONV, POOL, DROPOUT, FC, BATCHNORM, RESIDUAL, SEPCONV, CONVBN, RESBLOCK, GAP, WHITEN)
 }
 LAYER_TYPES = tuple(LAYERS)
 GROWABLE_TYPES = tuple(name for name, kind in LAYERS.items() if kind.growable)

@@ -58,6 +58,10 @@ class LayerType:
     # Whether a growth event may insert it; False for a network's head (gap), which a network
     # has once, from its start.
     growable: bool = True
+    # Set a new network's layer from a batch of the input the training images give it (B, ...),
+    # before the first step: a whitening stem's filters; None: nothing to fit. Called by
+    # ``models.builder.fit_to_data``.
+    fit: Callable[[nn.Module, Any], None] | None = None
 
 
 # Pieces several types share.

@@ -1,0 +1,176 @@
+"""The whiten layer type (airbench's patch-whitening stem): its shape and parameters, filters that
+whiten the patches they were fitted to, training that fits them on the training images before
+its first step and keeps them through a resume and in the logged model, and the bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from models.builder import FIT_IMAGES, build_model, count_parameters, fit_to_data
+from models.flops import flops_per_example
+from models.growth_event import GrowthError
+from models.io import load_model, save_model
+from models.layers import LAYERS, SpecError
+from models.layers.whiten import WhitenLayer
+from models.schedule import parse_schedule, validate_schedule
+from models.spec import ArchSpec, infer_shapes, resolve_spec
+from pipeline.training.config import TrainConfig
+from pipeline.training.epoch_loop import fit
+from pipeline.training.state import new_state
+from pipeline.training.training_plan import TrainingPlan
+from tests.conftest import interrupted_then_resumed
+
+CIFAR = ((3, 32, 32), 10)
+
+
+def _whitened_spec(data) -> ArchSpec:
+    """A small network with a whitening stem, for ``data``'s images."""
+    layers = [
+        {"id": "stem", "type": "whiten"},
+        {"id": "c1", "type": "convbn", "out_channels": 8},
+        {"id": "p1", "type": "pool"},
+        {"id": "gap", "type": "gap"},
+    ]
+    return ArchSpec(data.input_shape, data.num_classes, tuple(layers))
+
+
+def _correlated_images(n: int = 200) -> torch.Tensor:
+    """RGB images whose neighbouring pixels and channels are strongly correlated, as photos are."""
+    generator = torch.Generator().manual_seed(0)
+    grey = F.avg_pool2d(torch.randn(n, 1, 36, 36, generator=generator), 5, stride=1)  # (n, 1, 32, 32)
+    return torch.cat(
+        [grey * s + 0.1 * torch.randn(n, 1, 32, 32, generator=generator) for s in (1, 0.8, 0.6)], 1
+    )
+
+
+def test_a_whiten_layer_has_the_shape_and_parameters_its_entry_says():
+    layer = {"id": "stem", "type": "whiten", "kernel_size": 2, "eps": 5e-4}
+    kind = LAYERS["whiten"]
+    assert kind.output_shape(layer, (3, 32, 32)) == (24, 31, 31)  # 3 x 2 x 2 filters, either sign
+    module = kind.build(layer, (3, 32, 32))
+    assert module(torch.zeros(2, 3, 32, 32)).shape == (2, 24, 31, 31)
+    assert kind.params(layer, (3, 32, 32)) == count_parameters(module) == 24  # the bias: filters are a buffer
+    assert [name for name, _ in module.named_buffers()] == ["weight"]
+    assert kind.output_shape({**layer, "kernel_size": 3}, (1, 28, 28)) == (18, 26, 26)
+
+
+def test_fitted_filters_whiten_the_patches_they_were_fitted_to():
+    images = _correlated_images()
+    layer = WhitenLayer(3, 2, eps=1e-9)
+    layer.fit(images)
+    with torch.no_grad():
+        out = F.conv2d(images.double(), layer.weight.double())  # before the ReLU: (n, 24, 31, 31)
+    first = out[:, :12].transpose(0, 1).reshape(12, -1)
+    second_moment = first @ first.T / first.shape[1]  # uncentred, as the filters were fitted
+    torch.testing.assert_close(second_moment, torch.eye(12, dtype=torch.float64), atol=1e-4, rtol=0)
+    torch.testing.assert_close(out[:, 12:], -out[:, :12])  # each filter with either sign
+    raw = F.unfold(images.double(), 2).transpose(1, 2).reshape(-1, 12)
+    raw_moment = raw.T @ raw / raw.shape[0]  # the pixels' own: far from white
+    eigenvalues = torch.linalg.eigvalsh(raw_moment)
+    assert eigenvalues.max() > 20 * eigenvalues.min()
+
+
+def test_the_filters_come_largest_eigenvalue_first_and_eps_damps_the_smallest():
+    images = _correlated_images()
+    eps = 0.03  # between the patches' smallest eigenvalues (about 0.01) and their largest (0.27)
+    damped = WhitenLayer(3, 2, eps=eps)
+    damped.fit(images)
+    with torch.no_grad():
+        out = F.conv2d(images.double(), damped.weight.double())[:, :12]
+    raw = F.unfold(images.double(), 2).transpose(1, 2).reshape(-1, 12)
+    eigenvalues = torch.linalg.eigvalsh(raw.T @ raw / raw.shape[0]).flip(0)  # largest first
+    variance = out.pow(2).mean((0, 2, 3))  # each filter's output: eigenvalue / (eigenvalue + eps)
+    torch.testing.assert_close(variance, eigenvalues / (eigenvalues + eps), atol=1e-6, rtol=1e-6)
+    assert variance[0] > 0.85 and variance[-1] < 0.3
+
+
+def test_resnet_short_whiten_is_the_baseline_with_a_whitening_stem():
+    plain, whitened = resolve_spec("resnet-short", *CIFAR), resolve_spec("resnet-short-whiten", *CIFAR)
+    assert whitened.layers[0] == {"id": "stem", "type": "whiten", "kernel_size": 2, "eps": 5e-4}
+    assert whitened.layers[1:] == plain.layers[1:]
+    assert infer_shapes(whitened)[1] == (24, 31, 31) == (infer_shapes(plain)[1][0], 31, 31)
+
+
+def test_fit_to_data_fits_every_whiten_layer_in_order_and_nothing_else(small_data):
+    spec = _whitened_spec(small_data)
+    torch.manual_seed(0)
+    model = build_model(spec).train()
+    before = {name: t.clone() for name, t in model.state_dict().items()}
+    images = small_data.train.x[:300]
+    assert fit_to_data(model, images) == ["stem"]
+    expected = WhitenLayer(1, 2, 5e-4)
+    expected.fit(images)
+    torch.testing.assert_close(model.layers["stem"].weight, expected.weight)
+    after = model.state_dict()
+    assert [n for n in after if not torch.equal(after[n], before[n])] == ["layers.stem.weight"]
+    assert model.training  # its mode as it was
+    assert fit_to_data(build_model(resolve_spec("tiny", small_data.input_shape, 10)), images) == []
+
+
+def test_training_fits_the_stem_on_the_training_images_before_its_first_step(small_data, tmp_path):
+    """The filters a run trains with are the fit on the training split's first images (no
+    validation or test image), and a run resumed from a checkpoint keeps them: the interrupted
+    and resumed run ends with the uninterrupted one's weights."""
+    cfg = TrainConfig(epochs=3, batch_size=100, deterministic=True, seed=5, monitor_share=0)
+    spec = _whitened_spec(small_data)
+
+    def fresh():
+        torch.manual_seed(cfg.seed)
+        return new_state(spec, cfg, torch.device("cpu"))
+
+    state = fresh()
+    random_filters = state.model.layers["stem"].weight.clone()
+    state = fit(state, small_data, cfg, TrainingPlan())
+    expected = WhitenLayer(1, 2, 5e-4)
+    expected.fit(small_data.train.x[:FIT_IMAGES])
+    got = state.model.layers["stem"].weight
+    assert not torch.equal(got, random_filters)
+    torch.testing.assert_close(got, expected.weight)
+    assert state.history[-1]["val/acc"] > 0.3  # it trains (chance is 0.1)
+
+    resumed = interrupted_then_resumed(
+        fresh, small_data, cfg, TrainingPlan, tmp_path / "ckpt.pt", crash_after=1
+    )
+    for name, tensor in state.model.state_dict().items():
+        torch.testing.assert_close(resumed.model.state_dict()[name], tensor, msg=name)
+
+
+def test_a_saved_whitened_network_loads_with_its_fitted_filters(small_data, tmp_path):
+    model = build_model(_whitened_spec(small_data)).eval()
+    fit_to_data(model, small_data.train.x[:300])
+    loaded = load_model(save_model(model, tmp_path / "model")).eval()
+    torch.testing.assert_close(loaded.layers["stem"].weight, model.layers["stem"].weight)
+    x = small_data.val.x[:16]
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), model(x))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"eps": 0}, "layer 'stem': eps must be a positive number, got 0"),
+        ({"eps": "small"}, "layer 'stem': eps must be a positive number, got 'small'"),
+        ({"kernel_size": 0}, "layer 'stem': kernel_size must be a positive integer, got 0"),
+        ({"kernel_size": 40}, "layer 'stem': whiten's 40x40 patches do not fit the 32x32 map"),
+    ],
+)
+def test_a_whiten_layer_that_cannot_be_built_is_refused_by_name(change, message):
+    layers = ({"id": "stem", "type": "whiten", **change}, {"id": "gap", "type": "gap"})
+    with pytest.raises(SpecError, match=message):
+        infer_shapes(ArchSpec((3, 32, 32), 10, layers))
+
+
+def test_growth_neither_inserts_nor_widens_a_whitening_stem():
+    with pytest.raises(GrowthError, match="a whiten layer is in a network from its start"):
+        parse_schedule("2:whiten")
+    whitened = resolve_spec("resnet-short-whiten", *CIFAR)
+    with pytest.raises((GrowthError, SpecError)):
+        validate_schedule(whitened, parse_schedule("3:stem=widen(width=48)", 12), 12)
+
+
+def test_a_whitening_stem_counts_in_the_flops():
+    spec = ArchSpec((3, 32, 32), 10, ({"id": "stem", "type": "whiten"}, {"id": "gap", "type": "gap"}))
+    stem = 2 * 24 * 12 * 31 * 31  # a multiply and an add per tap of 24 filters of 2x2x3, at 31 x 31 places
+    assert flops_per_example(build_model(spec), (3, 32, 32))["forward"] == stem + 2 * 24 * 10  # and the head
