@@ -14,7 +14,8 @@ width and widen with it). Both grow a quarter of the way in, as ``resnet`` and
 ``resnet-widen`` do. ``resnet-short-whiten`` is the baseline with airbench's frozen
 patch-whitening stem (``models/layers/whiten.py``) in place of its first convolution, a static
 network (no start grows into it yet). Layer ids say where a layer sits: ``g2conv``,
-``g2pool``, ``g2res`` are group 2's. Pure data: nothing here imports the spec or the schedule, which register these.
+``g2pool``, ``g2res`` are group 2's. Pure data: nothing here imports the spec or the
+schedule, which register these.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ from models.layers import LAYERS, SpecError
 from models.layers.whiten import WhitenLayer
 from models.schedule import parse_schedule, validate_schedule
 from models.spec import ArchSpec, infer_shapes, resolve_spec
+from pipeline.difficulty.cross_fit import FoldPlan
+from pipeline.difficulty.folds import Fold
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
 from pipeline.training.state import new_state
@@ -135,6 +137,20 @@ def test_training_fits_the_stem_on_the_training_images_before_its_first_step(sma
     )
     for name, tensor in state.model.state_dict().items():
         torch.testing.assert_close(resumed.model.state_dict()[name], tensor, msg=name)
+
+
+def test_a_cross_fit_fold_fits_its_stem_on_its_own_examples_only(small_data):
+    """A fold model scores the examples it held out: its whitening must not have seen them."""
+    n = len(small_data.train)
+    trained_on, held_out = torch.arange(0, n, 2), torch.arange(1, n, 2)
+    plan = FoldPlan(Fold(repeat=0, fold=0, seed=1, trained_on=trained_on, held_out=held_out))
+    assert torch.equal(plan.fit_positions(small_data), trained_on)
+    cfg = TrainConfig(epochs=1, batch_size=100, deterministic=True, seed=1, monitor_share=0)
+    torch.manual_seed(cfg.seed)
+    state = fit(new_state(_whitened_spec(small_data), cfg, torch.device("cpu")), small_data, cfg, plan)
+    expected = WhitenLayer(1, 2, 5e-4)
+    expected.fit(small_data.train.x[trained_on])
+    torch.testing.assert_close(state.model.layers["stem"].weight, expected.weight)
 
 
 def test_a_saved_whitened_network_loads_with_its_fitted_filters(small_data, tmp_path):

@@ -10,10 +10,11 @@ and k = 2). The filters are a buffer, never trained (airbench freezes them too);
 parameter and trains.
 
 A freshly built layer has random filters; ``fit`` sets them from a batch of its input, which
-training does before its first step from the training split's first images
-(``models.builder.fit_to_data``), never from validation or test images. A resumed run keeps the
-fitted filters from its checkpoint, and the logged model from its weights. Growth cannot insert
-or widen it: a network has it from its start, as its stem.
+training does before its first step from the first images it may train on
+(``models.builder.fit_to_data``): never validation or test images, nor a cross-fit fold's
+held-out ones. A resumed run keeps the fitted filters from its checkpoint, and the logged model
+from its weights. Growth cannot insert or widen it: a network has it from its start, as its
+stem.
 """
 
 from __future__ import annotations

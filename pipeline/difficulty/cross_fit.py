@@ -36,6 +36,9 @@ class FoldPlan(TrainingPlan):
     def positions(self, epoch: int, model, data: Data) -> torch.Tensor:
         return self.fold.trained_on
 
+    def fit_positions(self, data: Data) -> torch.Tensor:
+        return self.fold.trained_on
+
     def to_dict(self) -> dict:
         return {"kind": "fold", "fold": self.fold.name, "trained_on": len(self.fold.trained_on)}
 

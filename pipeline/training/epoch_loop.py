@@ -174,7 +174,7 @@ class _EpochLoop:
         self.seconds = meter if meter is not None and meter.budget.unit == "seconds" else None
         if state.global_step == 0:  # a new run: a resumed one has its fitted layers' weights
             with timing.timed(self.parts, "train"):  # the method's own work, as airbench counts it
-                fit_to_data(state.model, data.train.x[:FIT_IMAGES])
+                fit_to_data(state.model, data.train.x[plan.fit_positions(data)[:FIT_IMAGES]])
         self.flops = flops_per_example(state.model, data.input_shape)
         self.device = data.train.x.device
         if state.scaler is None:

@@ -42,6 +42,12 @@ class TrainingPlan:
     def positions(self, epoch: int, model: SpecNet, data: Data) -> torch.Tensor:
         return torch.arange(len(data.train))
 
+    def fit_positions(self, data: Data) -> torch.Tensor:
+        """Training positions whose images a data-fitted layer (a whitening stem) may be fitted
+        to before the first step: the whole training split, unless the plan trains on part of
+        it only (a cross-fit fold, whose held-out examples it must not have seen)."""
+        return torch.arange(len(data.train))
+
     def example_weights(self, epoch: int) -> torch.Tensor | None:
         """(N,) loss weight per training position for the epoch ``positions`` chose; None: all 1."""
         return None
