@@ -80,3 +80,22 @@ def test_flip_tta_reads_a_network_compiled_with_cuda_graphs(tracking):
     run_id = _ok(train_static.main, [*args, "--compile", "true", "--compile-mode", "reduce-overhead"])
     run = mlflow.get_run(run_id)
     assert run.data.params["tta"] == "flip" and run.data.metrics["val/acc"] > 0.5
+
+
+def test_a_whitening_stem_fits_and_trains_on_the_gpu(tracking):
+    """The fit runs on the CPU in float64 whatever the device (MPS has none), and the fitted
+    filters then train in bf16 under CUDA graphs."""
+    from models.layers.whiten import WhitenLayer
+
+    images = torch.randn(300, 3, 32, 32)
+    on_cpu, on_gpu = WhitenLayer(3, 2, 5e-4), WhitenLayer(3, 2, 5e-4).cuda()
+    on_cpu.fit(images)
+    on_gpu.fit(images.cuda())
+    torch.testing.assert_close(on_gpu.weight.cpu(), on_cpu.weight)
+    spec = (
+        '{"layers": [{"id": "stem", "type": "whiten"}, {"id": "c1", "type": "convbn", "out_channels": 16}, '
+    )
+    spec += '{"id": "p1", "type": "pool"}, {"id": "gap", "type": "gap"}]}'
+    args = [*DATA, "--device", "cuda", "--spec", spec, "--epochs", "2", "--precision", "bf16"]
+    run_id = _ok(train_static.main, [*args, "--compile", "true", "--compile-mode", "reduce-overhead"])
+    assert mlflow.get_run(run_id).data.metrics["val/acc"] > 0.5

@@ -48,9 +48,10 @@ class WhitenLayer(nn.Module):
         (uncentred, as airbench's) covariance, largest eigenvalue first, scaled to unit output
         variance, then the same filters negated."""
         out, c, k, _ = self.weight.shape
-        covariance = torch.zeros(out // 2, out // 2, dtype=torch.float64, device=x.device)
+        # on the CPU in float64, which MPS lacks: a 12 x 12 eigenproblem needs no accelerator
+        covariance = torch.zeros(out // 2, out // 2, dtype=torch.float64)
         for chunk in x.split(CHUNK):
-            patches = F.unfold(chunk.double(), k)  # (B, C k^2, patches per image)
+            patches = F.unfold(chunk.detach().cpu().double(), k)  # (B, C k^2, patches per image)
             flat = patches.transpose(1, 2).reshape(-1, out // 2)
             covariance += flat.T @ flat
         covariance /= x.shape[0] * patches.shape[-1]
