@@ -149,34 +149,27 @@ def build_model(spec: ArchSpec) -> SpecNet:
     return SpecNet(spec)
 
 
-# Training images a fitted layer sees: airbench fits its whitening on 5,000, plenty for the
-# (C k^2)^2 patch covariance (a 12 x 12 one for RGB and 2 x 2 patches).
+# Training images a layer fitted to data sees: airbench fits its whitening on 5,000, plenty for
+# the (C k^2)^2 patch covariance (a 12 x 12 one for RGB and 2 x 2 patches).
 FIT_IMAGES = 5000
 
 
+def fitted_to_data(spec: ArchSpec) -> bool:
+    """Whether the network's first layer is set from the training images before its first step
+    (``LayerType.fit``: a whitening stem; the spec allows such a layer only first)."""
+    return bool(spec.layers) and LAYERS[spec.layers[0]["type"]].fit is not None
+
+
 @torch.no_grad()
-def fit_to_data(model: SpecNet, images: torch.Tensor) -> list[str]:
-    """Set each layer whose type is fitted to data (``LayerType.fit``: a whitening stem) from the
-    input that ``images`` (B, C, H, W: training images, on the model's device) give it, in order,
-    so a later one sees an earlier one's fitted output; returns their ids. The layers before run
-    in eval mode and are not changed; nothing runs past the last fitted layer."""
-    fitted = [layer["id"] for layer in model.spec.layers if LAYERS[layer["type"]].fit is not None]
-    if not fitted:
-        return []
-    kinds = {layer["id"]: LAYERS[layer["type"]] for layer in model.spec.layers}
-    was_training = model.training
-    model.eval()
-    try:
-        x = images.float()
-        for lid, module in model.layers.items():
-            if lid in fitted:
-                kinds[lid].fit(module, x)
-            if lid == fitted[-1]:
-                break
-            x = module(x)
-    finally:
-        model.train(was_training)
-    return fitted
+def fit_to_data(model: SpecNet, images: torch.Tensor) -> None:
+    """Set the network's first layer, fitted to data, from ``images`` (B, C, H, W: training
+    images, on the model's device); nothing else changes."""
+    if not fitted_to_data(model.spec):
+        raise ValueError(f"the first layer of {model.spec.name!r} is not fitted to data")
+    if images.shape[0] == 0:
+        raise ValueError("no training images to fit the first layer to")
+    first = model.spec.layers[0]
+    LAYERS[first["type"]].fit(model.layers[first["id"]], images.float())
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -158,6 +158,8 @@ def infer_shapes(spec: ArchSpec) -> list[tuple[int, ...]]:
         if layer["id"] in seen:
             raise SpecError(f"layer id {layer['id']!r} is used twice")
         seen.add(layer["id"])
+        if shapes:
+            _refuse_fitted(layer, "the network's first layer")
         shapes.append(shape)
         shape = layer_output_shape(layer, shape)
     shapes.append(shape)
@@ -197,6 +199,7 @@ def exit_shapes(spec: ArchSpec, shapes: list[tuple[int, ...]] | None = None) -> 
         previous = position
         shape, inner, inner_ids = shapes[position + 1], [], set()
         for layer in entry["layers"]:
+            _refuse_fitted(layer, f"the network's first layer, not in exit {eid!r}")
             if layer["id"] in inner_ids:
                 raise SpecError(f"exit {eid!r}: layer id {layer['id']!r} is used twice")
             inner_ids.add(layer["id"])
@@ -210,6 +213,16 @@ def exit_shapes(spec: ArchSpec, shapes: list[tuple[int, ...]] | None = None) -> 
         inner.append(shape)
         out.append(inner)
     return out
+
+
+def _refuse_fitted(layer: dict, where: str) -> None:
+    """A layer fitted to the training images (a whitening stem) sees them only as the network's
+    first layer: anywhere else its input, and what it was fitted to, would change as the layers
+    before it train or grow."""
+    if layer["type"] in LAYERS and LAYERS[layer["type"]].fit is not None:
+        raise SpecError(
+            f"layer {layer['id']!r}: a {layer['type']} layer is fitted to the images, so it must be {where}"
+        )
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:

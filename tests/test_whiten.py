@@ -4,11 +4,13 @@ its first step and keeps them through a resume and in the logged model, and the 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch.nn import functional as F
 
-from models.builder import FIT_IMAGES, build_model, count_parameters, fit_to_data
+from models.builder import build_model, count_parameters, fit_to_data, fitted_to_data
 from models.flops import flops_per_example
 from models.growth_event import GrowthError
 from models.io import load_model, save_model
@@ -18,11 +20,12 @@ from models.schedule import parse_schedule, validate_schedule
 from models.spec import ArchSpec, infer_shapes, resolve_spec
 from pipeline.difficulty.cross_fit import FoldPlan
 from pipeline.difficulty.folds import Fold
+from pipeline.training import epoch_loop
+from pipeline.training.checkpoints import load_checkpoint, save_checkpoint
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
 from pipeline.training.state import new_state
 from pipeline.training.training_plan import TrainingPlan
-from tests.conftest import interrupted_then_resumed
 
 CIFAR = ((3, 32, 32), 10)
 
@@ -95,48 +98,99 @@ def test_resnet_short_whiten_is_the_baseline_with_a_whitening_stem():
     assert infer_shapes(whitened)[1] == (24, 31, 31) == (infer_shapes(plain)[1][0], 31, 31)
 
 
-def test_fit_to_data_fits_every_whiten_layer_in_order_and_nothing_else(small_data):
+def test_fit_to_data_sets_the_first_layer_and_nothing_else(small_data):
     spec = _whitened_spec(small_data)
     torch.manual_seed(0)
     model = build_model(spec).train()
     before = {name: t.clone() for name, t in model.state_dict().items()}
     images = small_data.train.x[:300]
-    assert fit_to_data(model, images) == ["stem"]
+    assert fitted_to_data(spec)
+    fit_to_data(model, images)
     expected = WhitenLayer(1, 2, 5e-4)
     expected.fit(images)
     torch.testing.assert_close(model.layers["stem"].weight, expected.weight)
     after = model.state_dict()
     assert [n for n in after if not torch.equal(after[n], before[n])] == ["layers.stem.weight"]
     assert model.training  # its mode as it was
-    assert fit_to_data(build_model(resolve_spec("tiny", small_data.input_shape, 10)), images) == []
+    tiny = build_model(resolve_spec("tiny", small_data.input_shape, 10))
+    assert not fitted_to_data(tiny.spec)
+    with pytest.raises(ValueError, match="is not fitted to data"):
+        fit_to_data(tiny, images)
+    with pytest.raises(ValueError, match="no training images"):
+        fit_to_data(model, images[:0])
 
 
-def test_training_fits_the_stem_on_the_training_images_before_its_first_step(small_data, tmp_path):
-    """The filters a run trains with are the fit on the training split's first images (no
-    validation or test image), and a run resumed from a checkpoint keeps them: the interrupted
-    and resumed run ends with the uninterrupted one's weights."""
+def _fresh(spec: ArchSpec, cfg: TrainConfig):
+    torch.manual_seed(cfg.seed)
+    return new_state(spec, cfg, torch.device("cpu"))
+
+
+def _fitted_on(images: torch.Tensor) -> torch.Tensor:
+    layer = WhitenLayer(images.shape[1], 2, 5e-4)
+    layer.fit(images)
+    return layer.weight
+
+
+def test_training_fits_the_stem_on_the_training_images_before_its_first_step(small_data):
+    """The filters a run trains with are the fit on its training images (no validation or test
+    image), and the weight average a run ends on carries them too."""
+    for ema in (0.0, 0.9):
+        cfg = TrainConfig(
+            epochs=2, batch_size=100, deterministic=True, seed=5, monitor_share=0, ema_decay=ema
+        )
+        state = _fresh(_whitened_spec(small_data), cfg)
+        random_filters = state.model.layers["stem"].weight.clone()
+        state = fit(state, small_data, cfg, TrainingPlan())
+        got = state.model.layers["stem"].weight
+        assert not torch.equal(got, random_filters)
+        torch.testing.assert_close(got, _fitted_on(small_data.train.x))  # 2,000 images: all of them
+        assert state.history[-1]["val/acc"] > 0.3  # it trains (chance is 0.1)
+        assert state.time_parts["train"] <= state.cumulative_s  # the fit's seconds count in both
+
+
+def test_a_large_split_is_sampled_across_its_order(small_data, monkeypatch):
+    """A folder dataset's split is ordered by class: the fit draws its images across the split
+    with a fixed seed, not the first ones."""
+    monkeypatch.setattr(epoch_loop, "FIT_IMAGES", 300)
+    cfg = TrainConfig(epochs=1, batch_size=100, deterministic=True, seed=5, monitor_share=0)
+    fitted = []
+    for seed in (5, 6):  # the draw does not follow the run's seed
+        state = fit(
+            _fresh(_whitened_spec(small_data), dataclasses.replace(cfg, seed=seed)),
+            small_data,
+            cfg,
+            TrainingPlan(),
+        )
+        fitted.append(state.model.layers["stem"].weight)
+    torch.testing.assert_close(fitted[0], fitted[1])
+    n = len(small_data.train)
+    drawn = torch.randperm(n, generator=torch.Generator().manual_seed(0))[:300].sort().values
+    assert drawn.max() > n // 2  # spread over the split
+    torch.testing.assert_close(fitted[0], _fitted_on(small_data.train.x[drawn]))
+    assert not torch.allclose(fitted[0], _fitted_on(small_data.train.x[:300]))
+
+
+def test_a_resumed_run_keeps_its_checkpoints_filters(small_data, tmp_path):
+    """Resuming never refits: filters marked in the checkpoint are the ones the run ends with
+    (training leaves the frozen filters alone)."""
     cfg = TrainConfig(epochs=3, batch_size=100, deterministic=True, seed=5, monitor_share=0)
-    spec = _whitened_spec(small_data)
+    spec, path = _whitened_spec(small_data), tmp_path / "ckpt.pt"
 
-    def fresh():
-        torch.manual_seed(cfg.seed)
-        return new_state(spec, cfg, torch.device("cpu"))
+    def checkpoint_then_crash(state, plan):
+        save_checkpoint(path, state, plan, cfg)
+        if state.epoch == 1:
+            raise KeyboardInterrupt
 
-    state = fresh()
-    random_filters = state.model.layers["stem"].weight.clone()
-    state = fit(state, small_data, cfg, TrainingPlan())
-    expected = WhitenLayer(1, 2, 5e-4)
-    expected.fit(small_data.train.x[:FIT_IMAGES])
-    got = state.model.layers["stem"].weight
-    assert not torch.equal(got, random_filters)
-    torch.testing.assert_close(got, expected.weight)
-    assert state.history[-1]["val/acc"] > 0.3  # it trains (chance is 0.1)
-
-    resumed = interrupted_then_resumed(
-        fresh, small_data, cfg, TrainingPlan, tmp_path / "ckpt.pt", crash_after=1
-    )
-    for name, tensor in state.model.state_dict().items():
-        torch.testing.assert_close(resumed.model.state_dict()[name], tensor, msg=name)
+    with pytest.raises(KeyboardInterrupt):
+        fit(_fresh(spec, cfg), small_data, cfg, TrainingPlan(), checkpoint=checkpoint_then_crash)
+    saved = torch.load(path, weights_only=True)
+    marked = saved["model"]["layers.stem.weight"] * 2
+    saved["model"]["layers.stem.weight"] = marked
+    torch.save(saved, path)
+    plan = TrainingPlan()
+    resumed = fit(load_checkpoint(path, cfg, plan, torch.device("cpu")), small_data, cfg, plan)
+    assert resumed.epoch == 3
+    torch.testing.assert_close(resumed.model.layers["stem"].weight, marked)
 
 
 def test_a_cross_fit_fold_fits_its_stem_on_its_own_examples_only(small_data):
@@ -148,9 +202,7 @@ def test_a_cross_fit_fold_fits_its_stem_on_its_own_examples_only(small_data):
     cfg = TrainConfig(epochs=1, batch_size=100, deterministic=True, seed=1, monitor_share=0)
     torch.manual_seed(cfg.seed)
     state = fit(new_state(_whitened_spec(small_data), cfg, torch.device("cpu")), small_data, cfg, plan)
-    expected = WhitenLayer(1, 2, 5e-4)
-    expected.fit(small_data.train.x[trained_on])
-    torch.testing.assert_close(state.model.layers["stem"].weight, expected.weight)
+    torch.testing.assert_close(state.model.layers["stem"].weight, _fitted_on(small_data.train.x[trained_on]))
 
 
 def test_a_saved_whitened_network_loads_with_its_fitted_filters(small_data, tmp_path):
@@ -178,11 +230,26 @@ def test_a_whiten_layer_that_cannot_be_built_is_refused_by_name(change, message)
         infer_shapes(ArchSpec((3, 32, 32), 10, layers))
 
 
-def test_growth_neither_inserts_nor_widens_a_whitening_stem():
+def test_a_whiten_layer_must_come_first_so_growth_cannot_change_what_it_sees():
+    layers = [{"id": "c0", "type": "convbn", "out_channels": 8}, {"id": "stem", "type": "whiten"}]
+    with pytest.raises(
+        SpecError,
+        match="'stem': a whiten layer is fitted to the images, so it must be the network's first layer",
+    ):
+        infer_shapes(ArchSpec((3, 32, 32), 10, tuple(layers)))
+    exit_layers = ({"id": "w", "type": "whiten"},)
+    spec = dict(
+        resolve_spec("resnet-short-whiten", *CIFAR).to_dict(),
+        exits=[{"id": "x1", "after": "g1res", "layers": exit_layers}],
+    )
+    with pytest.raises(SpecError, match="must be the network's first layer, not in exit 'x1'"):
+        infer_shapes(ArchSpec.from_dict(spec))
     with pytest.raises(GrowthError, match="a whiten layer is in a network from its start"):
         parse_schedule("2:whiten")
     whitened = resolve_spec("resnet-short-whiten", *CIFAR)
-    with pytest.raises((GrowthError, SpecError)):
+    with pytest.raises(GrowthError, match="'stem': a whiten layer is fitted to the images, so it must be"):
+        validate_schedule(whitened, parse_schedule("3:convbn(16)@before:stem", 12), 12)
+    with pytest.raises(GrowthError, match="a whiten layer has no width to widen"):
         validate_schedule(whitened, parse_schedule("3:stem=widen(width=48)", 12), 12)
 
 

@@ -9,12 +9,12 @@ either sign, so the ReLU after it drops nothing (C k^2 filters give 2 C k^2 chan
 and k = 2). The filters are a buffer, never trained (airbench freezes them too); the bias is a
 parameter and trains.
 
-A freshly built layer has random filters; ``fit`` sets them from a batch of its input, which
-training does before its first step from the first images it may train on
-(``models.builder.fit_to_data``): never validation or test images, nor a cross-fit fold's
+A freshly built layer has random filters; ``fit`` sets them from a batch of images, which
+training does before its first step from up to 5,000 of the images it may train on
+(``pipeline/training/epoch_loop.py``): never validation or test images, nor a cross-fit fold's
 held-out ones. A resumed run keeps the fitted filters from its checkpoint, and the logged model
-from its weights. Growth cannot insert or widen it: a network has it from its start, as its
-stem.
+from its weights. It must be a network's first layer (the spec refuses it elsewhere), so growth
+can neither insert it nor change what it sees.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from torch.nn import functional as F
 
 from models.layers.base import LayerType, Shape, SpecError, needs_map, positive_int, reads_channels
 
-CHUNK = 500  # images whose patches are unfolded at once (about 23 MB of float64 for RGB, k 2)
+CHUNK = 500  # images whose patches are unfolded at once (about 46 MB of float64 for 32x32 RGB, k 2)
 
 
 class WhitenLayer(nn.Module):

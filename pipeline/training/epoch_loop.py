@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from models.builder import FIT_IMAGES, SpecNet, count_parameters, fit_to_data
+from models.builder import FIT_IMAGES, SpecNet, count_parameters, fit_to_data, fitted_to_data
 from models.flops import flops_per_example
 from models.tta import with_tta
 from pipeline.budget import timing
@@ -83,10 +83,13 @@ def fit(
     ends training before a step its FLOPs or seconds budget cannot pay for; with
     ``--stop-on-collapse`` a run that has died (``health.should_stop``) ends early. With
     ``--ema-decay``, validation sees the weight average, and at the end the model takes its
-    weights; with ``--tta flip`` it reads each image and its mirror. ``probes`` (``probes.py``:
+    weights; with ``--tta flip`` it reads each image and its mirror. A new run whose first layer
+    is fitted to data (a whitening stem) fits it first. ``probes`` (``probes.py``:
     early exits, label noise) add their measurements to each epoch's metrics.
     """
     state.progress = state.progress or RunProgress(cfg.epochs)
+    if state.global_step == 0 and fitted_to_data(state.model.spec):  # resumed: fitted already
+        _fit_to_training_images(state, data, plan)
     loop = _EpochLoop(state, data, cfg, plan, val_tiers=val_tiers, meter=meter, probes=probes)
     chance = health.top_share(data.val.y)
     parts = state.time_parts
@@ -140,6 +143,20 @@ def fit(
     return state
 
 
+def _fit_to_training_images(state: FitState, data: Data, plan: TrainingPlan) -> None:
+    """Set a new run's first layer, fitted to data (a whitening stem), from up to ``FIT_IMAGES``
+    of the training images the plan may train on, drawn with a fixed seed (a folder dataset's
+    split is ordered by class): before the weight average copies the model and before it is
+    compiled. Its seconds are training's (airbench counts them too), and the run's."""
+    positions = plan.fit_positions(data)
+    draw = torch.randperm(len(positions), generator=torch.Generator().manual_seed(0))[:FIT_IMAGES]
+    start = time.perf_counter()
+    fit_to_data(state.model, data.train.x[positions[draw].sort().values.to(data.train.x.device)])
+    seconds = time.perf_counter() - start
+    state.time_parts["train"] = state.time_parts.get("train", 0.0) + seconds
+    state.cumulative_s += seconds
+
+
 def _write_checkpoint(
     checkpoint: Callable[[FitState, TrainingPlan], None] | None,
     state: FitState,
@@ -172,9 +189,6 @@ class _EpochLoop:
         self.val_tiers, self.meter = val_tiers, meter
         self.parts = state.time_parts
         self.seconds = meter if meter is not None and meter.budget.unit == "seconds" else None
-        if state.global_step == 0:  # a new run: a resumed one has its fitted layers' weights
-            with timing.timed(self.parts, "train"):  # the method's own work, as airbench counts it
-                fit_to_data(state.model, data.train.x[plan.fit_positions(data)[:FIT_IMAGES]])
         self.flops = flops_per_example(state.model, data.input_shape)
         self.device = data.train.x.device
         if state.scaler is None:
