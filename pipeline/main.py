@@ -68,7 +68,7 @@ class MainConfig:
     ema_decay: float = opt(
         TrainConfig.ema_decay, "weight-average decay of every training step (see train_static --help)"
     )
-    tta: str = opt(TrainConfig.tta, "test-time augmentation of every training step: none or flip")
+    tta: str = opt(TrainConfig.tta, "test-time augmentation of every training step: none, flip or flip+shift")
     experiment_name: str = opt("", "MLflow experiment of main and its steps; empty: growing-cnn")
     registered_model: str = opt(
         "",

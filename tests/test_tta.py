@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from models.builder import build_model
 from models.io import load_model
 from models.spec import resolve_spec
-from models.tta import FlipAveraged, with_tta
+from models.tta import FlipAveraged, FlipShiftAveraged, with_tta
 from pipeline import evaluate, score_difficulty, train_static
 from pipeline.cli import ConfigError
 from pipeline.data.config import DataConfig
@@ -45,6 +45,33 @@ def test_flip_averages_the_logits_of_each_image_and_its_mirror(small_data):
     assert with_tta(net, "none") is net
     with pytest.raises(ValueError, match="unknown test-time augmentation 'mirror'"):
         with_tta(net, "mirror")
+
+
+class _Counted(torch.nn.Module):
+    """A network that counts its calls."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net, self.calls = net, 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.net(x)
+
+
+def test_flip_shift_weighs_airbenchs_six_views_in_one_pass(small_data):
+    net, x = _network(small_data), small_data.val.x[:16]
+    padded = torch.nn.functional.pad(x, (1, 1, 1, 1), mode="reflect")
+    down_right, up_left = padded[:, :, :28, :28], padded[:, :, 2:, 2:]
+    assert torch.equal(down_right[:, :, 1:, 1:], x[:, :, :-1, :-1])  # the content moved by one pixel
+    with torch.no_grad():
+        mirrored = [net(v) + net(v.flip(-1)) for v in (x, down_right, up_left)]
+        expected = mirrored[0] / 4 + (mirrored[1] + mirrored[2]) / 8
+        counted = _Counted(net)
+        got = with_tta(counted, "flip+shift")(x)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert counted.calls == 1  # one pass over all six views, as CUDA graphs need
+    assert not torch.allclose(got, FlipAveraged(net)(x))
 
 
 def test_a_mirror_symmetric_image_reads_the_same_either_way(small_data):
@@ -77,7 +104,7 @@ def test_exits_and_tta_are_refused_together(small_data):
 
 
 def test_a_tta_that_does_not_exist_is_refused():
-    with pytest.raises(ConfigError, match="--tta 'mirror': use one of none, flip"):
+    with pytest.raises(ConfigError, match="--tta 'mirror': use one of none, flip, flip\\+shift"):
         dataclasses.replace(TrainConfig(), tta="mirror").validate()
 
 
@@ -120,4 +147,6 @@ def test_evaluate_and_the_served_model_read_the_run_as_it_trained(tracking, tmp_
         check=True,
     ).stdout
     plain, flipped = evaluate_split(model, data.val).acc, evaluate_split(FlipAveraged(model), data.val).acc
-    assert f"| {100 * plain:.2f}% | {100 * flipped:.2f}% | {100 * (flipped - plain):+.2f} |" in table
+    shifted = evaluate_split(FlipShiftAveraged(model), data.val).acc
+    accs = f"| {100 * plain:.2f}% | {100 * flipped:.2f}% | {100 * shifted:.2f}% |"
+    assert f"{accs} {100 * (flipped - plain):+.2f} | {100 * (shifted - plain):+.2f} |" in table

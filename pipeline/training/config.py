@@ -51,8 +51,9 @@ class TrainConfig:
     )
     tta: str = opt(
         "none",
-        "test-time augmentation, in validation, evaluate and the logged model alike: none, or flip "
-        "(each image's logits averaged with its mirror's; two forward passes an image)",
+        "test-time augmentation, in validation, evaluate and the logged model alike: none, flip "
+        "(each image's logits averaged with its mirror's; two forward passes an image) or flip+shift "
+        "(airbench's six views: also shifted a pixel up-left and down-right, with mirrors)",
     )
     growth_rewarm: float = opt(
         0.05,
