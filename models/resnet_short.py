@@ -13,7 +13,8 @@ widens, every layer that sets a width at once (each group's pool and block keep 
 width and widen with it). Both grow a quarter of the way in, as ``resnet`` and
 ``resnet-widen`` do. ``resnet-short-whiten`` is the baseline with airbench's frozen
 patch-whitening stem (``models/layers/whiten.py``) in place of its first convolution, a static
-network (no start grows into it yet). Layer ids say where a layer sits: ``g2conv``,
+network; ``resnet-short-whiten-narrow`` is it at half its groups' widths, which
+``resnet-short-whiten-widen`` widens. Layer ids say where a layer sits: ``g2conv``,
 ``g2pool``, ``g2res`` are group 2's. Pure data: nothing here imports the spec or the
 schedule, which register these.
 """
@@ -49,9 +50,12 @@ def short_layers(
     return layers
 
 
-def narrow_layers() -> list[dict]:
-    """The baseline's layout at half its widths: about a quarter of its FLOPs."""
-    return short_layers(stem=STEM_WIDTH // 2, widths=tuple(width // 2 for width in WIDTHS))
+def narrow_layers(whiten: bool = False) -> list[dict]:
+    """The baseline's layout at half its widths: about a quarter of its FLOPs. With ``whiten``
+    the whitened baseline's, whose stem keeps its 24 channels (fitted to the images, it has no
+    width to choose) and whose groups are at half their widths: 0.30 of its FLOPs, the first
+    group's convolution reading the whole stem."""
+    return short_layers(stem=STEM_WIDTH // 2, widths=tuple(width // 2 for width in WIDTHS), whiten=whiten)
 
 
 def growth_steps() -> list[tuple[dict, str]]:
@@ -62,6 +66,8 @@ def growth_steps() -> list[tuple[dict, str]]:
     ]
 
 
-def widening_steps() -> list[tuple[str, int]]:
-    """(layer, width) of every layer that sets a width, widened to the baseline's, stem first."""
-    return [("stem", STEM_WIDTH)] + [(_ids(group)[0], width) for group, width in enumerate(WIDTHS, start=1)]
+def widening_steps(whiten: bool = False) -> list[tuple[str, int]]:
+    """(layer, width) of every layer that sets a width, widened to the baseline's, stem first
+    (with ``whiten``, each group's convolution: the whitening stem keeps its width)."""
+    groups = [(_ids(group)[0], width) for group, width in enumerate(WIDTHS, start=1)]
+    return groups if whiten else [("stem", STEM_WIDTH), *groups]

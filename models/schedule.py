@@ -15,8 +15,8 @@ Several events may share an epoch; they apply in schedule order.
 A schedule is data. ``parse_schedule`` accepts three forms:
 
 * a registered name (``NAMED_SCHEDULES``: default, early, late, deep, wide-fc, default-bn,
-  resnet, resnet-widen, resnet-short, resnet-short-widen, none), a function of the number of
-  epochs;
+  resnet, resnet-widen, resnet-short, resnet-short-widen, resnet-short-whiten-widen, none), a
+  function of the number of epochs;
 * a JSON list of flat objects, the layer as in a spec plus ``epoch`` and optional ``position``
   and ``id``: ``[{"epoch": 3, "type": "conv", "out_channels": 64, "position": "after:pool1"}]``;
 * a compact string, events separated by ``;``::
@@ -233,6 +233,11 @@ def _resnet_short_widen(epochs: int) -> list[GrowthEvent]:
     return _widened(epochs, resnet_short.widening_steps())
 
 
+def _resnet_short_whiten_widen(epochs: int) -> list[GrowthEvent]:
+    """resnet-short-whiten-narrow into resnet-short-whiten: each group's convolution widened."""
+    return _widened(epochs, resnet_short.widening_steps(whiten=True))
+
+
 NAMED_SCHEDULES: dict[str, Callable[[int], list[GrowthEvent]]] = {
     "default": _default,
     "early": _early,
@@ -244,6 +249,7 @@ NAMED_SCHEDULES: dict[str, Callable[[int], list[GrowthEvent]]] = {
     "resnet-widen": _resnet_widen,
     "resnet-short": _resnet_short,
     "resnet-short-widen": _resnet_short_widen,
+    "resnet-short-whiten-widen": _resnet_short_whiten_widen,
     "none": lambda epochs: [],
 }
 

@@ -380,8 +380,10 @@ NAMED_SPECS = {
     "resnet-short": resnet_short.short_layers,
     "resnet-short-start": lambda: resnet_short.short_layers(residual=False),
     "resnet-short-narrow": resnet_short.narrow_layers,
-    # the baseline with airbench's patch-whitening stem (models/layers/whiten.py), static
+    # the baseline with airbench's patch-whitening stem (models/layers/whiten.py), and its start
+    # at half the groups' widths (the stem, fitted to the images, keeps its 24 channels)
     "resnet-short-whiten": lambda: resnet_short.short_layers(whiten=True),
+    "resnet-short-whiten-narrow": lambda: resnet_short.narrow_layers(whiten=True),
 }
 
 

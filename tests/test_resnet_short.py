@@ -57,12 +57,38 @@ def test_the_widen_schedule_widens_a_start_of_a_quarter_of_the_flops_into_the_ba
     assert 0.22 <= _train_flops("resnet-short-narrow") / _train_flops("resnet-short") <= 0.28
 
 
-GROWTHS = [("resnet-short-start", "resnet-short"), ("resnet-short-narrow", "resnet-short-widen")]
+def test_the_whitened_start_keeps_the_stem_and_costs_three_tenths_of_the_flops():
+    start, final = (
+        resolve_spec("resnet-short-whiten-narrow", *CIFAR),
+        resolve_spec("resnet-short-whiten", *CIFAR),
+    )
+    assert (
+        start.layers[0] == final.layers[0] and start.layers[0]["type"] == "whiten"
+    )  # 24 channels either way
+    widths = [infer_shapes(start)[i][0] for i in (1, 2, 5, 8)]  # after stem, g1conv, g2conv, g3conv
+    assert widths == [24, 24, 48, 96]
+    events = parse_schedule("resnet-short-whiten-widen", 12)
+    assert [e.to_compact() for e in events] == [
+        "3:g1conv=widen(width=48)", "3:g2conv=widen(width=96)", "3:g3conv=widen(width=192)",
+    ]  # fmt: skip
+    assert validate_schedule(start, events, 12).layers == final.layers
+    # g1conv reads the stem's full 24 channels: a little above the plain start's quarter
+    assert 0.28 <= _train_flops("resnet-short-whiten-narrow") / _train_flops("resnet-short-whiten") <= 0.32
 
 
-@pytest.mark.parametrize(("start_name", "schedule"), GROWTHS)
+# (start, schedule, the static network it ends as)
+GROWTHS = [
+    ("resnet-short-start", "resnet-short", "resnet-short"),
+    ("resnet-short-narrow", "resnet-short-widen", "resnet-short"),
+    ("resnet-short-whiten-narrow", "resnet-short-whiten-widen", "resnet-short-whiten"),
+]
+
+
+@pytest.mark.parametrize(("start_name", "schedule", "final"), GROWTHS)
 @pytest.mark.parametrize("init", ["preserve", "random"])
-def test_growing_keeps_or_restarts_the_function_as_asked_and_ends_as_the_baseline(start_name, schedule, init):
+def test_growing_keeps_or_restarts_the_function_as_asked_and_ends_as_the_baseline(
+    start_name, schedule, final, init
+):
     torch.manual_seed(0)
     model = build_model(resolve_spec(start_name, *CIFAR))
     model.train()
@@ -77,11 +103,11 @@ def test_growing_keeps_or_restarts_the_function_as_asked_and_ends_as_the_baselin
             block = event.id.replace("conv", "res")
             assert info["kind"] == "widen" and {event.id, block} <= set(info["widened"])
     model.eval()
-    static = build_model(resolve_spec("resnet-short", *CIFAR))
+    static = build_model(resolve_spec(final, *CIFAR))
     assert [(n, p.shape) for n, p in model.named_parameters()] == [
         (n, p.shape) for n, p in static.named_parameters()
     ]
-    if schedule == "resnet-short-widen":  # every weight and statistic trained sits in the leading slice
+    if schedule.endswith("-widen"):  # every weight and statistic trained sits in the leading slice
         grown = model.state_dict()
         for name, old in start.state_dict().items():
             torch.testing.assert_close(grown[name][tuple(slice(0, n) for n in old.shape)], old)

@@ -46,12 +46,17 @@ def test_named_schedules_are_valid_and_default_grows_minimal_into_default(epochs
         == resnet_final.layers
     )
     short_final = resolve_spec("resnet-short", (3, 32, 32), 10).layers
-    for start_name, schedule in (
-        ("resnet-short-start", "resnet-short"),
-        ("resnet-short-narrow", "resnet-short-widen"),
+    for start_name, schedule, final in (
+        ("resnet-short-start", "resnet-short", short_final),
+        ("resnet-short-narrow", "resnet-short-widen", short_final),
+        (
+            "resnet-short-whiten-narrow",
+            "resnet-short-whiten-widen",
+            resolve_spec("resnet-short-whiten", (3, 32, 32), 10).layers,
+        ),
     ):
         short_start = resolve_spec(start_name, (3, 32, 32), 10)
-        assert validate_schedule(short_start, parse_schedule(schedule, epochs), epochs).layers == short_final
+        assert validate_schedule(short_start, parse_schedule(schedule, epochs), epochs).layers == final
     assert grown["default"].layers == resolve_spec("default", *FASHION).layers
     assert grown["early"].layers == grown["default"].layers == grown["late"].layers
     assert len({json.dumps(grown[name].layers) for name in ("default", "deep", "wide-fc")}) == 3

@@ -17,6 +17,7 @@ SCHEDULE_STARTS = {
     "resnet-widen": "resnet-narrow",
     "resnet-short": "resnet-short-start",
     "resnet-short-widen": "resnet-short-narrow",
+    "resnet-short-whiten-widen": "resnet-short-whiten-narrow",
 }
 
 
