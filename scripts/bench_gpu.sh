@@ -122,6 +122,9 @@ short)
     # finishes) beside CURVE="spec:epochs ..." (seed 1000, validation; seconds shared, so only
     # their accuracy counts). The study takes no new cell STOP_S before END_S, so the cells under
     # way can finish and its report be written; a cell still running at END_S is killed, missing.
+    # START_SPEC and SCHEDULE choose the growth (the whitened pair: resnet-short-whiten-narrow and
+    # resnet-short-whiten-widen), whose final network is the static arm's; STATIC_SPEC the network
+    # timed alone first (resnet-short-whiten for that pair).
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # see resnet-confirm
     short=(--dataset "$DATASET" --subset "$SUBSET" --device "$DEVICE" --experiment-name gpu-short
         "${residual_recipe[@]}")
@@ -134,7 +137,7 @@ short)
         "$PY" -m pipeline.score_difficulty --dataset "$DATASET" --subset "$SUBSET" --device "$DEVICE" \
             --experiment-name gpu-short --run-name gpu-short-scores 2>&1 | tail -2 || echo "scores: exit $?"
     fi
-    static_alone resnet-short "$EPOCHS"
+    static_alone "${STATIC_SPEC:-resnet-short}" "$EPOCHS"
     for point in ${ALONE-docs/results/resnet/gpu-short/wide64.json:16}; do
         static_alone "${point%:*}" "${point##*:}"
     done
@@ -147,8 +150,8 @@ short)
     fi
     stop_h=$(awk -v s="$((left - stop_s))" 'BEGIN { printf "%.4f", s / 3600 }')
     echo "side by side for at most $left s; the study takes no new cell after $stop_h h"
-    timeout -k 20 "$left" "$PY" -m pipeline.study "${short[@]}" --start-spec resnet-short-narrow \
-        --schedule resnet-short-widen --phase confirm --arms static,dynamic,dynamic-random \
+    timeout -k 20 "$left" "$PY" -m pipeline.study "${short[@]}" --start-spec "${START_SPEC:-resnet-short-narrow}" \
+        --schedule "${SCHEDULE:-resnet-short-widen}" --phase confirm --arms static,dynamic,dynamic-random \
         --budgets "${BUDGETS:-epochs,flops:0.5,flops:1}" --seeds "$SEEDS" --epochs "$EPOCHS" \
         --workers "${WORKERS:-12}" --stop-after-hours "$stop_h" --study-name "${STUDY:-short-confirm}" \
         >"$OUT/confirm.log" 2>&1 &
