@@ -204,6 +204,12 @@ CASES = [
     ),
     Case("negative growth re-warm", DYNAMIC, (*SCORED, "--growth-rewarm", "-0.1"), "--growth-rewarm must be"),
     Case("zero growth rate scale", DYNAMIC, (*SCORED, "--growth-lr-scale", "0"), "--growth-lr-scale must be"),
+    Case(
+        "zero batchnorm shift rate scale",
+        STATIC,
+        (*SCORED, "--bn-bias-lr-scale", "0"),
+        "--bn-bias-lr-scale must be",
+    ),
     Case("unknown compile mode", STATIC, (*SCORED, "--compile", "true", "--compile-mode", "x"), "mode 'x'"),
     Case(
         "compile mode without compiling",

@@ -36,6 +36,7 @@ RECIPE_DEFAULTS = {
     "ema_decay": "0",
     "tta": "none",
     "clip_grad": "0",
+    "bn_bias_lr_scale": "1",
 }
 
 # Options of one arm only (growth; curriculum options beyond those the variant tag names): runs

@@ -51,6 +51,9 @@ RECIPES: dict[str, Recipe] = {
     ),
     "ema": Recipe("a weight average (decay 0.999) on both arms", both={"ema_decay": 0.999}),
     "tta": Recipe("each image read with its mirror too (validation, test), both arms", both={"tta": "flip"}),
+    "bn-bias64": Recipe(
+        "batchnorm shifts at 64 times the rate (airbench's), both arms", both={"bn_bias_lr_scale": 64.0}
+    ),
     "erase": Recipe("random erasing on both arms", both={"augment": "erase"}),
     "wd1e-3": Recipe("weight decay 1e-3 on both arms", both={"weight_decay": 1e-3}),
     "erase+wd1e-3": Recipe("random erasing and weight decay 1e-3 on both arms", both=ERASE_WD),

@@ -65,6 +65,11 @@ class TrainConfig:
         "learning-rate multiplier, for the rest of training, of the parameters each growth event "
         "adds or re-initialises: they miss the rate's early, largest part (1: the schedule's rate)",
     )
+    bn_bias_lr_scale: float = opt(
+        1.0,
+        "learning-rate multiplier of every batchnorm's shift (its bias), whose weight decay is "
+        "divided by it so each step decays it as much as before (airbench: 64; 1: the schedule's rate)",
+    )
     clip_grad: float = opt(
         0.0,
         "clip the gradient's global norm to this before each step (0: no clipping); bounds the "
@@ -132,6 +137,8 @@ class TrainConfig:
             raise ConfigError(f"--growth-rewarm must be a fraction in [0, 1), got {self.growth_rewarm}")
         if not 0 < self.growth_lr_scale < math.inf:
             raise ConfigError(f"--growth-lr-scale must be positive, got {self.growth_lr_scale}")
+        if not 0 < self.bn_bias_lr_scale < math.inf:
+            raise ConfigError(f"--bn-bias-lr-scale must be positive, got {self.bn_bias_lr_scale}")
         if not 0 <= self.clip_grad < math.inf:
             raise ConfigError(f"--clip-grad must be a non-negative norm (0: none), got {self.clip_grad}")
         if not 0 <= self.monitor_share < math.inf:
@@ -160,13 +167,30 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, grown: Collection[str] = 
     state always maps back onto a model rebuilt from the checkpoint's spec.
 
     With ``--growth-lr-scale`` other than 1, the parameters named in ``grown`` (those growth
-    added or re-initialised) form a second group whose ``lr_scale`` the training loop multiplies
-    the schedule's rate by; otherwise there is one group, as without growth."""
-    named = list(model.named_parameters())
-    scaled = {name for name, _ in named if name in grown} if cfg.growth_lr_scale != 1 else set()
-    groups = [{"params": [p for name, p in named if name not in scaled]}]
-    if scaled:
-        groups.append({"params": [p for name, p in named if name in scaled], "lr_scale": cfg.growth_lr_scale})
+    added or re-initialised) form a group of their own (``grown``) whose ``lr_scale`` the training
+    loop multiplies the schedule's rate by; with ``--bn-bias-lr-scale`` other than 1 so do the
+    batchnorms' shifts, their weight decay divided by it; a shift that growth added gets both.
+    Otherwise there is one group, as without growth. The groups come in a fixed order, the
+    first always present: rebuilt from the same model, options and ``grown``, they match."""
+    scaled = set(grown) if cfg.growth_lr_scale != 1 else set()
+    shifts = batchnorm_shifts(model) if cfg.bn_bias_lr_scale != 1 else set()
+    members: dict[tuple[bool, bool], list[nn.Parameter]] = {key: [] for key in GROUP_ORDER}
+    for name, param in model.named_parameters():
+        members[(name in scaled, name in shifts)].append(param)
+    groups = []
+    for is_grown, is_shift in GROUP_ORDER:
+        params = members[(is_grown, is_shift)]
+        if not params and (is_grown or is_shift):
+            continue
+        group: dict = {"params": params}
+        scale = (cfg.growth_lr_scale if is_grown else 1.0) * (cfg.bn_bias_lr_scale if is_shift else 1.0)
+        if is_grown:
+            group["grown"] = True
+        if scale != 1:
+            group["lr_scale"] = scale
+        if is_shift:
+            group["weight_decay"] = cfg.weight_decay / cfg.bn_bias_lr_scale
+        groups.append(group)
     return torch.optim.SGD(
         groups,
         lr=cfg.lr,
@@ -176,10 +200,24 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, grown: Collection[str] = 
     )
 
 
+# (grown, a batchnorm's shift): the plain group first, then growth's, as before the shifts had
+# their own; a checkpoint's optimizer state lists its groups in this order
+GROUP_ORDER = ((False, False), (True, False), (False, True), (True, True))
+
+
+def batchnorm_shifts(model: nn.Module) -> set[str]:
+    """The parameter names of every batchnorm's shift (bias) in ``model``, exits' included."""
+    return {
+        f"{name}.bias" if name else "bias"
+        for name, module in model.named_modules()
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.bias is not None
+    }
+
+
 def grown_parameters(optimizer: torch.optim.Optimizer, model: nn.Module) -> list[str]:
-    """The names of ``model``'s parameters in ``optimizer``'s scaled group (what growth added),
+    """The names of ``model``'s parameters in ``optimizer``'s grown groups (what growth added),
     which a checkpoint records so a resumed run rebuilds the same groups."""
-    scaled = {id(p) for g in optimizer.param_groups if "lr_scale" in g for p in g["params"]}
+    scaled = {id(p) for g in optimizer.param_groups if g.get("grown") for p in g["params"]}
     return [name for name, p in model.named_parameters() if id(p) in scaled]
 
 
