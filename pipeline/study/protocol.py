@@ -41,7 +41,7 @@ GATED_SEEDS: dict[tuple[int, int], str] = {
     (931, 934): "the replication of the residual widening check on the CPU: their test split was read",
     (935, 937): "the widened residual network's random-order control: their test split was read",
     (943, 947): "the short-run baseline's confirmation on the GPU: their test split was read",
-    (948, 951): "the first four pairs of growth into the short-run baseline at static's seconds: "
+    (948, 952): "the five pairs of growth into the short-run baseline at static's seconds: "
     "their test split was read",
     (1000, 1000): "screened the short-run residual network: chose its widths, kept its recipe (validation)",
     (9990, 9991): "dry runs of bench_gpu.sh short on a 500-example subset: their test split was read",
