@@ -73,8 +73,7 @@ def fit(
     probes: Sequence[EpochProbe] = (),
 ) -> FitState:
     """Run epochs ``state.epoch`` onwards to the run's planned epochs (``cfg.epochs``, or those a
-    seconds run has re-planned to, kept in ``state.progress``); ``data`` must already be on the
-    device.
+    seconds run has re-planned to, kept in ``state.progress``); ``data`` must be on the device.
 
     ``on_epoch(epoch, metrics, state)`` sees every epoch's metrics (logging, pruning);
     ``checkpoint`` is called after the first epoch, after the last (or the one the run stops
@@ -83,13 +82,11 @@ def fit(
     ends training before a step its FLOPs or seconds budget cannot pay for; with
     ``--stop-on-collapse`` a run that has died (``health.should_stop``) ends early. With
     ``--ema-decay``, validation sees the weight average, and at the end the model takes its
-    weights; with ``--tta flip`` it reads each image and its mirror. A new run whose first layer
-    is fitted to data (a whitening stem) fits it first. ``probes`` (``probes.py``:
-    early exits, label noise) add their measurements to each epoch's metrics.
+    weights; with ``--tta flip`` it reads each image and its mirror; a whitening stem is fitted
+    first. ``probes`` (``probes.py``: early exits, label noise) add to each epoch's metrics.
     """
     state.progress = state.progress or RunProgress(cfg.epochs)
-    if state.global_step == 0 and fitted_to_data(state.model.spec):  # resumed: fitted already
-        _fit_to_training_images(state, data, plan)
+    _fit_to_training_images(state, data, plan)
     loop = _EpochLoop(state, data, cfg, plan, val_tiers=val_tiers, meter=meter, probes=probes)
     chance = health.top_share(data.val.y)
     parts = state.time_parts
@@ -144,10 +141,13 @@ def fit(
 
 
 def _fit_to_training_images(state: FitState, data: Data, plan: TrainingPlan) -> None:
-    """Set a new run's first layer, fitted to data (a whitening stem), from up to ``FIT_IMAGES``
-    of the training images the plan may train on, drawn with a fixed seed (a folder dataset's
-    split is ordered by class): before the weight average copies the model and before it is
-    compiled. Its seconds are training's (airbench counts them too), and the run's."""
+    """Set a new run's first layer, where it is fitted to data (a whitening stem), from up to
+    ``FIT_IMAGES`` of the training images the plan may train on, drawn with a fixed seed (a
+    folder dataset's split is ordered by class): before the weight average copies the model and
+    before it is compiled. A resumed run was fitted already. Its seconds are training's (airbench
+    counts them too), and the run's."""
+    if state.global_step > 0 or not fitted_to_data(state.model.spec):
+        return
     positions = plan.fit_positions(data)
     draw = torch.randperm(len(positions), generator=torch.Generator().manual_seed(0))[:FIT_IMAGES]
     start = time.perf_counter()
