@@ -18,26 +18,26 @@ from torch import nn
 from torch.nn import functional as F
 
 
-class FlipAveraged(nn.Module):
-    """``net`` read on each image and its mirror, logits averaged: (B, C, H, W) -> (B, classes)."""
+class _Reading(nn.Module):
+    """``net`` read on several views of each image; subclasses say which and how weighed."""
 
     def __init__(self, net: nn.Module) -> None:
         super().__init__()
         self.net = net
+
+
+class FlipAveraged(_Reading):
+    """``net`` read on each image and its mirror, logits averaged: (B, C, H, W) -> (B, classes)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         plain, mirrored = self.net(torch.cat([x, x.flip(-1)])).chunk(2)
         return (plain + mirrored) / 2
 
 
-class FlipShiftAveraged(nn.Module):
+class FlipShiftAveraged(_Reading):
     """``net`` read on six views of each image, airbench94's: the image and its mirror (weight
     1/4 each), and the image shifted by one pixel up and left and by one down and right (edges
     reflected), each with its mirror (1/8 each): (B, C, H, W) -> (B, classes)."""
-
-    def __init__(self, net: nn.Module) -> None:
-        super().__init__()
-        self.net = net
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, _, h, w = x.shape
