@@ -22,7 +22,7 @@ import torch
 from PIL import Image
 
 from pipeline.data.archive import cache_file, read_cache, sha256_file, write_cache
-from pipeline.data.augment import CROP_PAD, augment_batch
+from pipeline.data.augment import CROP_PAD, TRANSLATE_PAD, augment_batch
 from pipeline.data.config import DataConfig, DataError, dataset_name
 from pipeline.data.sources import DECODED_KEYS, load_folder, load_raw
 from pipeline.data.splits import load_data
@@ -315,6 +315,35 @@ def test_crop_moves_each_image_on_its_own_by_up_to_the_padding_and_pads_zeros():
     assert both.shape == x.shape and not torch.equal(both, out)
 
 
+def test_translate_moves_each_image_by_up_to_2_pixels_over_its_mirrored_edge():
+    x = torch.rand(200, 3, 32, 32) + 1  # no pixel is 0: a zero would be a flat padding
+    out = augment_batch(x, "translate", torch.Generator().manual_seed(0))
+    assert out.shape == x.shape and bool((out != 0).all())
+    padded = torch.nn.functional.pad(x, (TRANSLATE_PAD,) * 4, mode="reflect")
+    side = 2 * TRANSLATE_PAD + 1
+    offsets = set()
+    for image, moved in zip(padded, out):
+        (found,) = [
+            (dy, dx)
+            for dy in range(side)
+            for dx in range(side)
+            if torch.equal(moved, image[:, dy : dy + 32, dx : dx + 32])
+        ]
+        offsets.add(found)
+    assert len(offsets) == side * side  # every offset of the 5x5, per image
+    assert torch.equal(out, augment_batch(x, "translate", torch.Generator().manual_seed(0)))
+    both = augment_batch(x, "flip+translate", torch.Generator().manual_seed(0))
+    assert not torch.equal(both, out)
+
+
+# The crop's choices as the code gave them before translate was added: unchanged by it.
+BEFORE_TRANSLATE = {
+    "crop": ("0653bc44fe07d6c9", 737465808),
+    "flip+crop": ("3cc94d216f06eacc", 650783143),
+    "flip+crop+shift+erase": ("df67c0ed82cfb4c3", 565848071),
+}
+
+
 # Outputs of each earlier --augment choice on one batch, and the generator's next draw after it,
 # as the code gave them before crop was added: crop must change none of them.
 BEFORE_CROP = {
@@ -329,13 +358,16 @@ BEFORE_CROP = {
 }
 
 
-@pytest.mark.parametrize("kind", BEFORE_CROP)
-def test_earlier_augmentations_are_unchanged_by_crop(kind):
+EARLIER = {**BEFORE_CROP, **BEFORE_TRANSLATE}
+
+
+@pytest.mark.parametrize("kind", EARLIER)
+def test_earlier_augmentations_are_unchanged_by_crop_and_translate(kind):
     x = torch.arange(16 * 3 * 8 * 8, dtype=torch.float32).reshape(16, 3, 8, 8)
     generator = torch.Generator().manual_seed(0)
     out = augment_batch(x, kind, generator)
     next_draw = int(torch.randint(10**9, (1,), generator=generator))
-    assert (hashlib.sha256(out.numpy().tobytes()).hexdigest()[:16], next_draw) == BEFORE_CROP[kind]
+    assert (hashlib.sha256(out.numpy().tobytes()).hexdigest()[:16], next_draw) == EARLIER[kind]
 
 
 # --- the real archive ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Batch augmentation: flips, random crops, shifts and random erasing of a whole batch at once,
-and mixup."""
+"""Batch augmentation: flips, random crops and translations, shifts and random erasing of a whole
+batch at once, and mixup."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 # ``--augment`` joins any of these parts with "+", in this order ("flip+erase"), or is "none".
 # Each part draws from the generator only when it is asked for, so adding a part changes no
 # other combination's augmentation.
-AUGMENT_PARTS = ("flip", "crop", "shift", "erase")
+AUGMENT_PARTS = ("flip", "crop", "translate", "shift", "erase")
 AUGMENTATIONS = (
     "none",
     *(
@@ -32,11 +32,15 @@ ERASE_ASPECT = (0.3, 1 / 0.3)
 # The CIFAR recipe since ResNet (He et al. 2016): pad 4 pixels, crop back to the image size at a
 # random place, per image (so each moves by up to 4 px).
 CROP_PAD = 4
+# airbench's (Jordan 2024) milder translation for short runs: pad 2 pixels by reflecting the
+# image's edge (no flat border for the network to learn), crop back at a random place per image.
+TRANSLATE_PAD = 2
 
 
 def augment_batch(x: torch.Tensor, kind: str, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Augment a whole batch at once (B, C, H, W): horizontal flips and/or random crops and/or
-    shifts of up to 2 px and/or random erasing, in that order. Random draws come from
+    """Augment a whole batch at once (B, C, H, W): horizontal flips and/or random crops (zero pad
+    4) and/or translations (reflect pad 2) and/or shifts of up to 2 px and/or random erasing,
+    in that order. Random draws come from
     ``generator`` (on the CPU), so a run's augmentation follows its seed on any device."""
     if kind == "none":
         return x
@@ -47,6 +51,8 @@ def augment_batch(x: torch.Tensor, kind: str, generator: torch.Generator | None 
         x = torch.where(flip.to(x.device)[:, None, None, None], x.flip(3), x)
     if "crop" in parts:
         x = _crop(x, generator)
+    if "translate" in parts:
+        x = _crop(x, generator, pad=TRANSLATE_PAD, mode="reflect")
     if "shift" in parts:
         pad = 2
         padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))
@@ -58,11 +64,14 @@ def augment_batch(x: torch.Tensor, kind: str, generator: torch.Generator | None 
     return x
 
 
-def _crop(x: torch.Tensor, generator: torch.Generator | None, pad: int = CROP_PAD) -> torch.Tensor:
-    """Each image padded by ``pad`` zeros (the mean colour: the input is normalised) and cropped
-    back to its size at its own random offset, all images in one gather."""
+def _crop(
+    x: torch.Tensor, generator: torch.Generator | None, pad: int = CROP_PAD, mode: str = "constant"
+) -> torch.Tensor:
+    """Each image padded by ``pad`` pixels (zeros, the mean colour as the input is normalised;
+    or with ``mode="reflect"`` its edge mirrored) and cropped back to its size at its own random
+    offset, all images in one gather."""
     b, c, h, w = x.shape
-    padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))  # (B, C, H + 2p, W + 2p)
+    padded = torch.nn.functional.pad(x, (pad, pad, pad, pad), mode=mode)  # (B, C, H + 2p, W + 2p)
     dy, dx = torch.randint(0, 2 * pad + 1, (2, b), generator=generator).to(x.device)  # (B,) each
     rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]  # (B, 1, H, 1)
     cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]  # (B, 1, 1, W)

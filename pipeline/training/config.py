@@ -34,8 +34,9 @@ class TrainConfig:
     deterministic: bool = opt(False, "deterministic kernels: bit-identical reruns, somewhat slower")
     augment: str = opt(
         "none",
-        "batch augmentation: none, or flip, crop (pad 4 and crop back), shift and random erasing "
-        "joined by +, e.g. flip+crop (CIFAR's standard) or flip+erase",
+        "batch augmentation: none, or flip, crop (pad 4 and crop back), translate (airbench's: "
+        "reflect-pad 2 and crop back), shift and random erasing joined by +, e.g. flip+crop "
+        "(CIFAR's standard), flip+translate or flip+erase",
     )
     label_smoothing: float = opt(0.0, "label smoothing of the training loss (0: none)")
     mixup: float = opt(
