@@ -23,6 +23,7 @@ from models.layers.gap import GAP
 from models.layers.pool import POOL
 from models.layers.resblock import RESBLOCK
 from models.layers.residual import RESIDUAL
+from models.layers.scale import SCALE
 from models.layers.sepconv import SEPCONV
 from models.layers.whiten import WHITEN
 
@@ -39,7 +40,8 @@ __all__ = [
 
 # The order is the one error messages and tune's default --layer-types list them in.
 LAYERS: dict[str, LayerType] = {
-    t.name: t for t in (CONV, POOL, DROPOUT, FC, BATCHNORM, RESIDUAL, SEPCONV, CONVBN, RESBLOCK, GAP, WHITEN)
+    t.name: t
+    for t in (CONV, POOL, DROPOUT, FC, BATCHNORM, RESIDUAL, SEPCONV, CONVBN, RESBLOCK, GAP, WHITEN, SCALE)
 }
 LAYER_TYPES = tuple(LAYERS)
 GROWABLE_TYPES = tuple(name for name, kind in LAYERS.items() if kind.growable)
