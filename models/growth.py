@@ -43,6 +43,7 @@ def output_nonnegative(spec: ArchSpec) -> list[bool]:
     nonneg, out = False, []
     for layer in spec.layers:
         sign = LAYERS[layer["type"]].nonneg
+        sign = sign(layer) if callable(sign) else sign
         nonneg = nonneg if sign is None else sign
         out.append(nonneg)
     return out

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from models.builder import build_model
-from models.growth import calibrate, grow
-from models.layers.convbn import ConvBnLayer
+from models.growth import calibrate, grow, output_nonnegative
+from models.layers import SpecError
+from models.layers.convbn import CONVBN, ConvBnLayer
 from models.schedule import final_spec, parse_schedule
-from models.spec import resolve_spec
+from models.spec import ArchSpec, infer_shapes, resolve_spec
 from pipeline.cli import ConfigError
 from pipeline.growth.config import GrowthConfig
 from pipeline.run.plan import ExperimentPlan
@@ -46,9 +47,13 @@ def test_a_calibrated_identity_convbn_is_the_identity_in_train_mode_too():
     torch.manual_seed(0)
     layer = ConvBnLayer(8, 16, 3)
     x = 3 * torch.relu(torch.randn(64, 8, 6, 6)) + 1  # a trained layer's scale, far from N(0, 1)
-    grown_layer = {"id": "conv2", "type": "convbn", "out_channels": 16, "kernel_size": 3}
-    from models.layers.convbn import CONVBN
-
+    grown_layer = {
+        "id": "conv2",
+        "type": "convbn",
+        "out_channels": 16,
+        "kernel_size": 3,
+        "activation": "relu",
+    }
     assert CONVBN.identity(layer, grown_layer, (8, 6, 6), True)
     layer.train()
     uncalibrated = layer(x)[:, :8]
@@ -93,3 +98,46 @@ def test_clip_grad_bounds_the_step(small_data):
 def test_a_negative_clip_is_refused():
     with pytest.raises(ConfigError, match="--clip-grad"):
         dataclasses.replace(TrainConfig(), clip_grad=-1.0).validate()
+
+
+# --- GELU (airbench's activation) ----------------------------------------------------------------
+
+
+def test_a_gelu_convbn_applies_gelu_and_is_never_an_identity_or_known_non_negative():
+    torch.manual_seed(0)
+    layer = {"id": "c", "type": "convbn", "out_channels": 8, "kernel_size": 3, "activation": "gelu"}
+    module = CONVBN.build(layer, (4, 6, 6)).eval()
+    x = torch.randn(2, 4, 6, 6)
+    torch.testing.assert_close(module(x), torch.nn.functional.gelu(module.bn(module.conv(x))))
+    assert (module(x) < 0).any()  # GELU dips below 0: what follows cannot count on a ReLU's sign
+    assert not CONVBN.identity(module, layer, (4, 6, 6), True)
+    relu = {**layer, "activation": "relu"}
+    assert CONVBN.identity(CONVBN.build(relu, (4, 6, 6)), relu, (4, 6, 6), True)
+    spec = ArchSpec((3, 8, 8), 10, (relu, {**layer, "id": "g"}, {**relu, "id": "r2"}))
+    assert output_nonnegative(spec) == [True, False, True]
+    default = ArchSpec((3, 8, 8), 10, ({"id": "c", "type": "convbn", "out_channels": 8},))
+    assert default.layers[0]["activation"] == "relu"
+
+
+def test_growth_inserts_no_identity_after_a_gelu_layer_and_keeps_the_function_after_a_relu_one():
+    torch.manual_seed(0)
+    layers = (
+        {"id": "c1", "type": "convbn", "out_channels": 8, "activation": "gelu"},
+        {"id": "c2", "type": "convbn", "out_channels": 8},
+        {"id": "gap", "type": "gap"},
+    )
+    model = build_model(ArchSpec((3, 8, 8), 10, layers)).eval()
+    x = torch.randn(4, 3, 8, 8)
+    before = model(x)
+    after_relu, info = grow(model, parse_schedule("1:convbn(8)@after:c2", 4)[0])
+    assert info["preserved"] and torch.allclose(after_relu.eval()(x), before, atol=1e-5)
+    _, info = grow(model, parse_schedule("1:convbn(8)@after:c1", 4)[0])
+    assert not info["preserved"]  # a ReLU identity would clip GELU's negative outputs
+
+
+@pytest.mark.parametrize("activation", ["tanh", "", 1])
+def test_a_convbn_with_an_unknown_activation_is_refused_by_name(activation):
+    layer = {"id": "c", "type": "convbn", "out_channels": 8, "activation": activation}
+    message = f"layer 'c': activation must be one of relu, gelu, got {activation!r}"
+    with pytest.raises(SpecError, match=message):
+        infer_shapes(ArchSpec((3, 8, 8), 10, (layer,)))

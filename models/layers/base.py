@@ -49,7 +49,9 @@ class LayerType:
     widen: Callable[[nn.Module, nn.Module, Shape, Shape], bool]
     id_prefix: str  # generated ids: <prefix>1, <prefix>2, ...
     feature_map: bool  # growth's default place: with the feature-map layers (else before the head)
-    nonneg: bool | None  # output always >= 0 (True), maybe negative (False), its input's sign (None)
+    # output always >= 0 (True), maybe negative (False), its input's sign (None); or a function
+    # of the layer giving one of those, where a field decides it (convbn's activation)
+    nonneg: bool | Callable[[dict], bool | None] | None
     search: Search | None = None  # None: tune has nothing to choose but the type
     searched: bool = True  # in tune's default --layer-types
     # Fit a layer that growth just inserted to a batch of its input (B, ...), e.g. a batchnorm's

@@ -1,10 +1,15 @@
-"""convbn: a same-padding convolution, batch normalisation, then ReLU.
+"""convbn: a same-padding convolution, batch normalisation, then ReLU (or GELU).
 
 The conv layer without normalisation trains well from scratch but is fragile once grown into:
 on CIFAR-10 a network that grew a plain conv at the peak learning rate fell from 0.63 to 0.10
 validation accuracy (issue 35). Batch normalisation makes each layer's step size independent of
 its input's scale. Inserted by growth it starts as an exact identity in eval mode and, once
 ``calibrate`` has seen a training batch, as a near identity in train mode too.
+
+``activation: gelu`` is airbench's (Jordan 2024): its batchnorm shifts train at 64 times the
+rate, and a large negative shift would silence a ReLU unit for good, where GELU still passes a
+gradient. A GELU layer is never an identity (GELU(x) differs from x), and its output may be
+negative.
 """
 
 from __future__ import annotations
@@ -12,20 +17,33 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.layers.base import LayerType, Search, copy_batchnorm, reads_channels
+from models.layers.base import LayerType, Search, Shape, SpecError, copy_batchnorm, reads_channels
 from models.layers.conv import conv_shape, copy_input, widen_input
+
+ACTIVATIONS = {"relu": torch.relu, "gelu": nn.functional.gelu}
 
 
 class ConvBnLayer(nn.Module):
-    """Same-padding convolution (no bias: the batchnorm's shift replaces it), batchnorm, ReLU."""
+    """Same-padding convolution (no bias: the batchnorm's shift replaces it), batchnorm, ReLU
+    (or GELU)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, activation: str = "relu"):
         super().__init__()
         self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, padding=kernel_size // 2, bias=False)
         self.bn = nn.BatchNorm2d(out_channels)
+        self.activation = activation
+        self._act = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.bn(self.conv(x)))
+        return self._act(self.bn(self.conv(x)))
+
+
+def _shape(layer: dict, in_shape: Shape) -> Shape:
+    activation = layer["activation"]
+    if activation not in ACTIVATIONS:
+        known = ", ".join(ACTIVATIONS)
+        raise SpecError(f"layer {layer['id']!r}: activation must be one of {known}, got {activation!r}")
+    return conv_shape(layer, in_shape)
 
 
 def _params(layer: dict, in_shape) -> int:
@@ -37,7 +55,9 @@ def _params(layer: dict, in_shape) -> int:
 def _identity(module: nn.Module, layer: dict, in_shape, nonneg_in: bool) -> bool:
     """The first ``C`` output channels copy the input and the batchnorm passes them through in
     eval mode (mean 0, variance 1 - eps, scale 1, shift 0); ``calibrate`` then fits the
-    batchnorm to the data so that train mode keeps the function too."""
+    batchnorm to the data so that train mode keeps the function too. Only with ReLU."""
+    if layer["activation"] != "relu":
+        return False
     channels = in_shape[0]
     if not copy_input(module.conv, channels, nonneg_in):
         return False
@@ -75,17 +95,19 @@ def _widen(old: nn.Module, new: nn.Module, old_in, new_in) -> bool:
 
 CONVBN = LayerType(
     name="convbn",
-    fields={"out_channels": None, "kernel_size": 3},
-    output_shape=conv_shape,
-    build=lambda layer, s: ConvBnLayer(s[0], layer["out_channels"], layer["kernel_size"]),
+    fields={"out_channels": None, "kernel_size": 3, "activation": "relu"},
+    output_shape=_shape,
+    build=lambda layer, s: ConvBnLayer(
+        s[0], layer["out_channels"], layer["kernel_size"], layer["activation"]
+    ),
     params=_params,
-    activations=3,  # the conv, the batchnorm and the ReLU outputs
+    activations=3,  # the conv, the batchnorm and the activation's outputs
     reads=reads_channels,
     identity=_identity,
     widen=_widen,
     id_prefix="conv",
     feature_map=True,
-    nonneg=True,
+    nonneg=lambda layer: layer["activation"] == "relu",  # GELU dips below 0
     search=Search("out_channels", "channels", choices=(16, 32, 64, 128)),
     searched=False,  # tune's default layer types stay those its studies were run with
     calibrate=_calibrate,
