@@ -19,6 +19,7 @@ from pipeline.cli import ConfigError
 from pipeline.growth.config import GrowthConfig
 from pipeline.run.plan import ExperimentPlan
 from pipeline.training.config import TrainConfig
+from pipeline.training.state import new_state
 from tests.conftest import fresh_state
 from tests.test_training import one_batch_at_zero_rate
 
@@ -141,3 +142,29 @@ def test_a_convbn_with_an_unknown_activation_is_refused_by_name(activation):
     message = f"layer 'c': activation must be one of relu, gelu, got {activation!r}"
     with pytest.raises(SpecError, match=message):
         infer_shapes(ArchSpec((3, 8, 8), 10, (layer,)))
+
+
+# --- the identity start (--conv-init dirac) -----------------------------------------------------
+
+
+def test_conv_init_dirac_starts_each_convbn_copying_its_inputs_and_leaves_the_rest_to_the_seed():
+    layers = (
+        {"id": "c1", "type": "convbn", "out_channels": 8},  # 3 inputs: 3 copying filters, 5 random
+        {"id": "c2", "type": "convbn", "out_channels": 4},  # 8 inputs, 4 outputs: all 4 copy
+        {"id": "gap", "type": "gap"},
+    )
+    spec = ArchSpec((3, 8, 8), 10, layers)
+    cfg = TrainConfig(seed=3)
+    torch.manual_seed(3)
+    plain = new_state(spec, cfg, torch.device("cpu")).model
+    torch.manual_seed(3)
+    dirac = new_state(spec, dataclasses.replace(cfg, conv_init="dirac"), torch.device("cpu")).model
+    identity = torch.zeros(3, 3, 3, 3)
+    identity[range(3), range(3), 1, 1] = 1
+    c1, c2 = (dirac.layers[lid].conv.weight for lid in ("c1", "c2"))
+    assert torch.equal(c1[:3], identity)
+    assert torch.equal(c1[3:], plain.layers["c1"].conv.weight[3:])  # the others: the seed's draw
+    assert torch.equal(c2[:, :4, 1, 1], torch.eye(4)) and int(c2.count_nonzero()) == 4
+    assert torch.equal(dirac.layers["head"].linear.weight, plain.layers["head"].linear.weight)
+    with pytest.raises(ConfigError, match="--conv-init 'identity': use one of default, dirac"):
+        TrainConfig(conv_init="identity").validate()

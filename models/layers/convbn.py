@@ -38,6 +38,19 @@ class ConvBnLayer(nn.Module):
         return self._act(self.bn(self.conv(x)))
 
 
+@torch.no_grad()
+def dirac_init(model: nn.Module) -> int:
+    """airbench's identity start: in every convbn of ``model``, the first filters (as many as
+    the convolution has input channels, or all it has) copy one input channel each at the
+    centre tap, so the network starts close to a stack of identities whose other filters learn
+    the rest. Returns how many layers it set."""
+    layers = [module for module in model.modules() if isinstance(module, ConvBnLayer)]
+    for layer in layers:
+        weight = layer.conv.weight  # (out, in, k, k)
+        nn.init.dirac_(weight[: weight.shape[1]])
+    return len(layers)
+
+
 def _shape(layer: dict, in_shape: Shape) -> Shape:
     activation = layer["activation"]
     if activation not in ACTIVATIONS:

@@ -37,6 +37,7 @@ RECIPE_DEFAULTS = {
     "tta": "none",
     "clip_grad": "0",
     "bn_bias_lr_scale": "1",
+    "conv_init": "default",
 }
 
 # Options of one arm only (growth; curriculum options beyond those the variant tag names): runs

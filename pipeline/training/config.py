@@ -17,6 +17,7 @@ from pipeline.device import pick_device
 from pipeline.precision import PRECISIONS, resolve_precision
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+CONV_INITS = ("default", "dirac")
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,12 @@ class TrainConfig:
         1.0,
         "learning-rate multiplier of every batchnorm's shift (its bias), whose weight decay is "
         "divided by it so each step decays it as much as before (airbench: 64; 1: the schedule's rate)",
+    )
+    conv_init: str = opt(
+        "default",
+        "initial weights of every convbn's convolution in a new run: default (PyTorch's) or dirac "
+        "(airbench's identity start: as many filters as the layer has inputs each copy one input "
+        "channel, an implicit residual; the rest PyTorch's)",
     )
     clip_grad: float = opt(
         0.0,
@@ -140,6 +147,8 @@ class TrainConfig:
             raise ConfigError(f"--growth-lr-scale must be positive, got {self.growth_lr_scale}")
         if not 0 < self.bn_bias_lr_scale < math.inf:
             raise ConfigError(f"--bn-bias-lr-scale must be positive, got {self.bn_bias_lr_scale}")
+        if self.conv_init not in CONV_INITS:
+            raise ConfigError(f"--conv-init {self.conv_init!r}: use one of {', '.join(CONV_INITS)}")
         if not 0 <= self.clip_grad < math.inf:
             raise ConfigError(f"--clip-grad must be a non-negative norm (0: none), got {self.clip_grad}")
         if not 0 <= self.monitor_share < math.inf:

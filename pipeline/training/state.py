@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from models.builder import SpecNet, build_model
+from models.layers.convbn import dirac_init
 from models.spec import ArchSpec
 from pipeline.device import place_model
 from pipeline.training.average import WeightAverage
@@ -111,7 +112,10 @@ class FitState:
 
 def new_state(spec: ArchSpec, cfg: TrainConfig, device: torch.device) -> FitState:
     """A fresh model and optimizer; call after seeding so the initial weights follow the seed."""
-    model = place_model(build_model(spec), device)
+    model = build_model(spec)
+    if cfg.conv_init == "dirac":
+        dirac_init(model)
+    model = place_model(model, device)
     generator = torch.Generator().manual_seed(cfg.seed)
     return FitState(
         model=model,
