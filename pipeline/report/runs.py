@@ -38,6 +38,7 @@ RECIPE_DEFAULTS = {
     "clip_grad": "0",
     "bn_bias_lr_scale": "1",
     "conv_init": "default",
+    "lookahead": "0",
 }
 
 # Options of one arm only (growth; curriculum options beyond those the variant tag names): runs

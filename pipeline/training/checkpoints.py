@@ -17,6 +17,7 @@ from pipeline.device import place_model
 from pipeline.precision import PrecisionError, grad_scaler, resolve_precision
 from pipeline.training.average import WeightAverage
 from pipeline.training.config import TrainConfig, grown_parameters, make_optimizer
+from pipeline.training.lookahead import Lookahead
 from pipeline.training.state import ArchitectureTrace, FitState, RunProgress
 from pipeline.training.training_plan import TrainingPlan
 
@@ -47,6 +48,7 @@ def checkpoint_dict(state: FitState, plan: TrainingPlan, cfg: TrainConfig) -> di
         "rng_data": state.generator.get_state(),
         "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         "average": {} if state.average is None else state.average.state_dict(),
+        "lookahead": {} if state.lookahead is None else state.lookahead.state_dict(),
         "scaler": {} if state.scaler is None else state.scaler.state_dict(),
         "progress": json.dumps(state.progress.to_dict() if state.progress is not None else None),
     }
@@ -118,6 +120,7 @@ def load_checkpoint(
     # A checkpoint written before --ema-decay existed holds none: the average starts afresh.
     try:
         average = WeightAverage.restore(model, ckpt["average"]) if ckpt.get("average") else None
+        lookahead = Lookahead.restore(model, ckpt["lookahead"]) if ckpt.get("lookahead") else None
     except (KeyError, RuntimeError) as err:  # a weight average of another network or format
         raise CheckpointError(
             f"checkpoint {path}: its weight average does not fit its model ({err})"
@@ -136,6 +139,7 @@ def load_checkpoint(
         generator=generator,
         precision=precision,
         average=average,
+        lookahead=lookahead,
         scaler=restored_scaler(ckpt.get("scaler", {}), precision, device),
         progress=progress,
     )

@@ -51,6 +51,13 @@ class TrainConfig:
         "logged model and evaluate then use instead of the last step's (0: none; it restarts at "
         "each growth event)",
     )
+    lookahead: int = opt(
+        0,
+        "lookahead's steps between syncs (airbench: 5; 0: none): from a quarter of the way in, a "
+        "slow copy of the weights moves toward the trained ones every so many steps and they are "
+        "set back to it, and to it again at each epoch's end, which validation, the logged model "
+        "and evaluate then see (not with --ema-decay; it restarts at each growth event)",
+    )
     tta: str = opt(
         "none",
         "test-time augmentation, in validation, evaluate and the logged model alike: none, flip "
@@ -139,6 +146,10 @@ class TrainConfig:
             raise ConfigError(f"--mixup must be a non-negative alpha, got {self.mixup}")
         if not 0 <= self.ema_decay < 1:
             raise ConfigError(f"--ema-decay must be a fraction in [0, 1), got {self.ema_decay}")
+        if self.lookahead < 0:
+            raise ConfigError(f"--lookahead must be a number of steps (0: none), got {self.lookahead}")
+        if self.lookahead and self.ema_decay:
+            raise ConfigError("--lookahead and --ema-decay are two weight averages: choose one")
         if self.tta not in TTAS:
             raise ConfigError(f"--tta {self.tta!r}: use one of {', '.join(TTAS)}")
         if not 0 <= self.growth_rewarm < 1:

@@ -27,6 +27,7 @@ from pipeline.precision import grad_scaler
 from pipeline.training import health, monitor
 from pipeline.training.average import WeightAverage
 from pipeline.training.config import TrainConfig
+from pipeline.training.lookahead import Lookahead
 from pipeline.training.loop import (
     EpochClock,
     EpochStats,
@@ -110,7 +111,7 @@ def fit(
                 EpochClock(loop.lr_at, epoch, state.progress.epochs, state.global_step, state.generator),
                 loop.loss_terms(epoch, weights),
                 allows=allows,
-                after_step=None if state.average is None else state.average.update,
+                after_step=loop.after_step(),
                 progress_bar=progress_bar,
             )
         if stats.examples == 0:  # the budget could not pay for a single step of this epoch
@@ -199,6 +200,8 @@ class _EpochLoop:
         self.probes = list(probes)
         if cfg.ema_decay > 0 and state.average is None:
             state.average = WeightAverage(state.model, cfg.ema_decay)
+        if cfg.lookahead > 0 and state.lookahead is None:
+            state.lookahead = Lookahead(state.model, cfg.lookahead)
         self.val_order = monitor.sample_order(data.val.y)
         self.watched = self._watched()
         self.before_growth: _Network | None = None  # what this epoch's growth replaced (grow)
@@ -232,12 +235,24 @@ class _EpochLoop:
             self.forward = _compiled(model, self.cfg)
             if state.average is not None:  # the old shape's average cannot follow the new one
                 state.average = WeightAverage(model, state.average.decay)
+            if state.lookahead is not None:  # nor its slow copy: it starts again from this one
+                state.lookahead = Lookahead(model, state.lookahead.every, state.lookahead.steps)
         state.model, state.optimizer = model, optimizer
         grown_at = self.lr_progress(epoch / state.progress.epochs)  # as the epoch begins
         for event in events:  # where the re-warm starts (learning_rate)
             event["progress"] = grown_at
         state.trace.events.extend(events)
         return events
+
+    def after_step(self) -> Callable[[float], None] | None:
+        """What runs after each training step: the weight average's update or lookahead's sync
+        (at the schedule's progress), or nothing."""
+        average, lookahead = self.state.average, self.state.lookahead
+        if average is not None:
+            return lambda share: average.update()
+        if lookahead is not None:
+            return lambda share: lookahead.step(self.lr_progress(share))
+        return None
 
     def undo_growth(self) -> None:
         """Back to the network and the plan's state from before this epoch's growth: a budget
@@ -273,9 +288,12 @@ class _EpochLoop:
         return functools.partial(step_allowed, meter, self.flops["train"], self.device)
 
     def after_training(self, epoch: int, stats: EpochStats, before: dict[str, float]) -> None:
-        """The plan sees the examples' losses; a seconds budget settles what the epoch spent
-        and re-plans the run's epochs from it (``pipeline/budget/replan.py``). The epoch trained,
-        so its growth stays: what it replaced is let go."""
+        """With lookahead the model takes the slow weights; the plan sees the examples' losses; a
+        seconds budget settles what the epoch spent and re-plans the run's epochs from it
+        (``pipeline/budget/replan.py``). The epoch trained, so its growth stays: what it replaced
+        is let go."""
+        if self.state.lookahead is not None:  # the epoch ends on the slow weights
+            self.state.lookahead.sync()
         self.before_growth = None
         if stats.losses is not None:
             with timing.timed(self.parts, "diet"):
@@ -349,12 +367,13 @@ class _EpochLoop:
 
 @dataclass
 class _Network:
-    """What ``_EpochLoop.grow`` replaces: the model with its optimizer, weight average, FLOPs and
-    forward pass, how many growth events the trace held and the plan's state."""
+    """What ``_EpochLoop.grow`` replaces: the model with its optimizer, weight average, slow
+    weights, FLOPs and forward pass, how many growth events the trace held and the plan's state."""
 
     model: SpecNet
     optimizer: torch.optim.Optimizer
     average: WeightAverage | None
+    lookahead: Lookahead | None
     flops: dict
     forward: nn.Module
     events: int
@@ -368,6 +387,7 @@ class _Network:
             state.model,
             state.optimizer,
             state.average,
+            state.lookahead,
             loop.flops,
             loop.forward,
             events,
@@ -377,6 +397,7 @@ class _Network:
     def restore(self, loop: _EpochLoop) -> None:
         state = loop.state
         state.model, state.optimizer, state.average = self.model, self.optimizer, self.average
+        state.lookahead = self.lookahead
         loop.flops, loop.forward = self.flops, self.forward
         del state.trace.events[self.events :]
         loop.plan.load_state_dict(self.plan_state)

@@ -128,7 +128,7 @@ def train_one_epoch(
     terms: LossTerms | None = None,
     *,
     allows: Callable[[int, int, Callable[[], float]], bool] | None = None,
-    after_step: Callable[[], None] | None = None,
+    after_step: Callable[[float], None] | None = None,
     progress_bar: bool = False,
 ) -> EpochStats:
     """One pass over ``positions`` (indices into ``split``) in a random order.
@@ -137,7 +137,8 @@ def train_one_epoch(
     before each step with the examples trained so far, the next batch's size and a clock of the
     epoch's seconds (the host's: on CUDA ahead of the device), ends the epoch early when it says
     no. With mixup the epoch's accuracy counts the label with the larger share.
-    ``after_step()`` runs after each optimizer step (a weight average's update).
+    ``after_step(share)`` runs after each optimizer step with the share of the planned epochs
+    trained by then (a weight average's update, lookahead's sync).
     """
     batch_size, augment, generator = recipe.batch_size, recipe.augment, clock.generator
     epoch, epochs, lr_at = clock.epoch, clock.epochs, clock.lr_at
@@ -182,7 +183,7 @@ def train_one_epoch(
             scaler.step(optimizer)
             scaler.update()
         if after_step is not None:
-            after_step()
+            after_step((epoch + (b + 1) / n_batches) / epochs)
         losses[b] = batch_loss
         counted = y if y_partner is None or lam >= 0.5 else y_partner  # the label with the larger share
         correct += (logits.detach().argmax(1) == counted).sum()

@@ -13,6 +13,7 @@ from models.spec import ArchSpec
 from pipeline.device import place_model
 from pipeline.training.average import WeightAverage
 from pipeline.training.config import TrainConfig, make_optimizer
+from pipeline.training.lookahead import Lookahead
 
 
 @dataclass
@@ -101,6 +102,7 @@ class FitState:
     # "epochs": trained them all; "budget": its budget ran out first; "collapsed": it died
     stop_reason: str = ""
     average: WeightAverage | None = None  # with --ema-decay: the averaged weights
+    lookahead: Lookahead | None = None  # with --lookahead: the slow weights
     # fp16's gradient scaler: its scale is found by training, so a resumed run keeps it
     scaler: torch.amp.GradScaler | None = None
     # cumulative seconds per part of the epoch loop (pipeline/budget/timing.py)
