@@ -79,6 +79,16 @@ class TrainConfig:
         "learning-rate multiplier of every batchnorm's shift (its bias), whose weight decay is "
         "divided by it so each step decays it as much as before (airbench: 64; 1: the schedule's rate)",
     )
+    bn_scale_frozen: bool = opt(
+        False,
+        "keep every batchnorm's scale (its weight) where it starts (airbench's batchnorm has none "
+        "to train: with its large rates a trained scale swings); its shift still trains",
+    )
+    bn_momentum: float = opt(
+        0.1,
+        "how far each training step moves the batchnorms' running statistics, which validation "
+        "and evaluate use (PyTorch's 0.1; airbench's 0.4, so they keep up with fast-changing weights)",
+    )
     conv_init: str = opt(
         "default",
         "initial weights of every convbn's convolution in a new run: default (PyTorch's) or dirac "
@@ -158,6 +168,8 @@ class TrainConfig:
             raise ConfigError(f"--growth-lr-scale must be positive, got {self.growth_lr_scale}")
         if not 0 < self.bn_bias_lr_scale < math.inf:
             raise ConfigError(f"--bn-bias-lr-scale must be positive, got {self.bn_bias_lr_scale}")
+        if not 0 < self.bn_momentum <= 1:
+            raise ConfigError(f"--bn-momentum must be a fraction in (0, 1], got {self.bn_momentum}")
         if self.conv_init not in CONV_INITS:
             raise ConfigError(f"--conv-init {self.conv_init!r}: use one of {', '.join(CONV_INITS)}")
         if not 0 <= self.clip_grad < math.inf:
@@ -191,13 +203,16 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, grown: Collection[str] = 
     added or re-initialised) form a group of their own (``grown``) whose ``lr_scale`` the training
     loop multiplies the schedule's rate by; with ``--bn-bias-lr-scale`` other than 1 so do the
     batchnorms' shifts, their weight decay divided by it; a shift that growth added gets both.
+    With ``--bn-scale-frozen`` the batchnorms' scales form a last group at rate 0 and no decay.
     Otherwise there is one group, as without growth. The groups come in a fixed order, the
     first always present: rebuilt from the same model, options and ``grown``, they match."""
     scaled = set(grown) if cfg.growth_lr_scale != 1 else set()
     shifts = batchnorm_shifts(model) if cfg.bn_bias_lr_scale != 1 else set()
+    frozen = batchnorm_scales(model) if cfg.bn_scale_frozen else set()
     members: dict[tuple[bool, bool], list[nn.Parameter]] = {key: [] for key in GROUP_ORDER}
     for name, param in model.named_parameters():
-        members[(name in scaled, name in shifts)].append(param)
+        if name not in frozen:
+            members[(name in scaled, name in shifts)].append(param)
     groups = []
     for is_grown, is_shift in GROUP_ORDER:
         params = members[(is_grown, is_shift)]
@@ -212,6 +227,9 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, grown: Collection[str] = 
         if is_shift:
             group["weight_decay"] = cfg.weight_decay / cfg.bn_bias_lr_scale
         groups.append(group)
+    if frozen:
+        params = [param for name, param in model.named_parameters() if name in frozen]
+        groups.append({"params": params, "lr_scale": 0.0, "weight_decay": 0.0, "frozen": True})
     return torch.optim.SGD(
         groups,
         lr=cfg.lr,
@@ -233,6 +251,23 @@ def batchnorm_shifts(model: nn.Module) -> set[str]:
         for name, module in model.named_modules()
         if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.bias is not None
     }
+
+
+def batchnorm_scales(model: nn.Module) -> set[str]:
+    """The parameter names of every batchnorm's scale (weight) in ``model``, exits' included."""
+    return {
+        f"{name}.weight" if name else "weight"
+        for name, module in model.named_modules()
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.weight is not None
+    }
+
+
+def set_batchnorm_momentum(model: nn.Module, momentum: float) -> None:
+    """Every batchnorm of ``model`` (growth's new ones too) moves its running statistics by
+    ``momentum`` a step."""
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.momentum = momentum
 
 
 def grown_parameters(optimizer: torch.optim.Optimizer, model: nn.Module) -> list[str]:

@@ -26,7 +26,7 @@ from pipeline.device import place_model
 from pipeline.precision import grad_scaler
 from pipeline.training import health, monitor
 from pipeline.training.average import WeightAverage
-from pipeline.training.config import TrainConfig
+from pipeline.training.config import TrainConfig, set_batchnorm_momentum
 from pipeline.training.lookahead import Lookahead
 from pipeline.training.loop import (
     EpochClock,
@@ -196,6 +196,7 @@ class _EpochLoop:
             state.scaler = grad_scaler(state.precision, self.device)
         self.scaler = state.scaler
         self.forward = _compiled(state.model, cfg)
+        set_batchnorm_momentum(state.model, cfg.bn_momentum)
         plan.precision = state.precision
         self.probes = list(probes)
         if cfg.ema_decay > 0 and state.average is None:
@@ -231,6 +232,7 @@ class _EpochLoop:
             model, optimizer, events = self.plan.before_epoch(epoch, state.model, state.optimizer)
         if model is not state.model:
             place_model(model, self.device)  # new layers take the layout of the old ones
+            set_batchnorm_momentum(model, self.cfg.bn_momentum)
             self.flops = flops_per_example(model, self.data.input_shape)
             self.forward = _compiled(model, self.cfg)
             if state.average is not None:  # the old shape's average cannot follow the new one
