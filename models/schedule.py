@@ -15,7 +15,8 @@ Several events may share an epoch; they apply in schedule order.
 A schedule is data. ``parse_schedule`` accepts three forms:
 
 * a registered name (``NAMED_SCHEDULES``: default, early, late, deep, wide-fc, default-bn,
-  resnet, resnet-widen, resnet-short, resnet-short-widen, resnet-short-whiten-widen, none), a
+  resnet, resnet-widen, resnet-short, resnet-short-widen, resnet-short-whiten-widen,
+  short-convs-widen, none), a
   function of the number of epochs;
 * a JSON list of flat objects, the layer as in a spec plus ``epoch`` and optional ``position``
   and ``id``: ``[{"epoch": 3, "type": "conv", "out_channels": 64, "position": "after:pool1"}]``;
@@ -44,7 +45,7 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from models import resnet, resnet_short
+from models import resnet, resnet_short, short_convs
 from models.growth_event import (
     WIDEN,
     WIDTH_FIELDS,
@@ -238,6 +239,11 @@ def _resnet_short_whiten_widen(epochs: int) -> list[GrowthEvent]:
     return _widened(epochs, resnet_short.widening_steps(whiten=True))
 
 
+def _short_convs_widen(epochs: int) -> list[GrowthEvent]:
+    """short-convs-narrow into short-convs (models/short_convs.py): every convolution widened."""
+    return _widened(epochs, short_convs.widening_steps())
+
+
 NAMED_SCHEDULES: dict[str, Callable[[int], list[GrowthEvent]]] = {
     "default": _default,
     "early": _early,
@@ -250,6 +256,7 @@ NAMED_SCHEDULES: dict[str, Callable[[int], list[GrowthEvent]]] = {
     "resnet-short": _resnet_short,
     "resnet-short-widen": _resnet_short_widen,
     "resnet-short-whiten-widen": _resnet_short_whiten_widen,
+    "short-convs-widen": _short_convs_widen,
     "none": lambda epochs: [],
 }
 

@@ -23,7 +23,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from models import resnet, resnet_short
+from models import resnet, resnet_short, short_convs
 from models.layers import LAYER_TYPES, LAYERS, SpecError
 
 HEAD_ID = "head"
@@ -384,6 +384,10 @@ NAMED_SPECS = {
     # at half the groups' widths (the stem, fitted to the images, keeps its 24 channels)
     "resnet-short-whiten": lambda: resnet_short.short_layers(whiten=True),
     "resnet-short-whiten-narrow": lambda: resnet_short.narrow_layers(whiten=True),
+    # airbench93's layout (models/short_convs.py): two GELU convolutions a group, no residual
+    # blocks, and its start at half the groups' widths
+    "short-convs": short_convs.layers,
+    "short-convs-narrow": short_convs.narrow_layers,
 }
 
 

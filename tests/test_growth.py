@@ -361,6 +361,7 @@ SCHEDULE_STARTS = {
     "resnet-short": ("resnet-short-start", ((3, 32, 32), 10)),
     "resnet-short-widen": ("resnet-short-narrow", ((3, 32, 32), 10)),
     "resnet-short-whiten-widen": ("resnet-short-whiten-narrow", ((3, 32, 32), 10)),
+    "short-convs-widen": ("short-convs-narrow", ((3, 32, 32), 10)),
 }
 
 

@@ -34,8 +34,9 @@ def minimal():
 @pytest.mark.parametrize("epochs", [2, 3, 5, 10, 12, 30, 100])
 def test_named_schedules_are_valid_and_default_grows_minimal_into_default(epochs):
     start = resolve_spec("minimal", *FASHION)
-    # the resnet schedules grow their own starts (tests/test_resnet.py, tests/test_resnet_short.py)
-    names = [name for name in NAMED_SCHEDULES if not name.startswith("resnet")]
+    # the 3x32x32 schedules grow their own starts (tests/test_resnet.py, test_resnet_short.py,
+    # test_short_convs.py)
+    names = [name for name in NAMED_SCHEDULES if not name.startswith(("resnet", "short-convs"))]
     grown = {name: validate_schedule(start, parse_schedule(name, epochs), epochs) for name in names}
     resnet_start = resolve_spec("resnet-start", (3, 32, 32), 10)
     resnet_final = validate_schedule(resnet_start, parse_schedule("resnet", epochs), epochs)
@@ -54,6 +55,7 @@ def test_named_schedules_are_valid_and_default_grows_minimal_into_default(epochs
             "resnet-short-whiten-widen",
             resolve_spec("resnet-short-whiten", (3, 32, 32), 10).layers,
         ),
+        ("short-convs-narrow", "short-convs-widen", resolve_spec("short-convs", (3, 32, 32), 10).layers),
     ):
         short_start = resolve_spec(start_name, (3, 32, 32), 10)
         assert validate_schedule(short_start, parse_schedule(schedule, epochs), epochs).layers == final

@@ -26,6 +26,25 @@ class Recipe:
 
 KEEP = {"tier_boundaries": "1,2", "prune_from": 3}  # the easy examples never retire
 ERASE_WD = {"augment": "erase", "weight_decay": 1e-3}
+# airbench93's decoupled rates (lr 11.5 and weight decay 0.0153 per 1,024 examples of a summed
+# loss, momentum 0.85) for this loop's mean loss, with its batchnorm (64x shifts, scales kept at
+# 1, running statistics at momentum 0.4), lookahead, identity start, translations and six views;
+# the 1/9 on the logits and GELU are the network's (the short-convs specs)
+AIRBENCH = {
+    "batch_size": 1024,
+    "lr": 1.5,
+    "momentum": 0.85,
+    "weight_decay": 1.33e-3,
+    "warmup": 0.23,
+    "label_smoothing": 0.2,
+    "augment": "flip+translate",
+    "bn_bias_lr_scale": 64.0,
+    "bn_scale_frozen": True,
+    "bn_momentum": 0.4,
+    "lookahead": 5,
+    "conv_init": "dirac",
+    "tta": "flip+shift",
+}
 
 RECIPES: dict[str, Recipe] = {
     "base": Recipe("the study's options as given"),
@@ -53,6 +72,10 @@ RECIPES: dict[str, Recipe] = {
     "tta": Recipe("each image read with its mirror too (validation, test), both arms", both={"tta": "flip"}),
     "bn-bias64": Recipe(
         "batchnorm shifts at 64 times the rate (airbench's), both arms", both={"bn_bias_lr_scale": 64.0}
+    ),
+    "airbench": Recipe(
+        "airbench93's rates and pieces (lib_airbench93.py, translated to a mean loss), both arms",
+        both=AIRBENCH,
     ),
     "erase": Recipe("random erasing on both arms", both={"augment": "erase"}),
     "wd1e-3": Recipe("weight decay 1e-3 on both arms", both={"weight_decay": 1e-3}),

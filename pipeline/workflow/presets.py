@@ -18,6 +18,7 @@ SCHEDULE_STARTS = {
     "resnet-short": "resnet-short-start",
     "resnet-short-widen": "resnet-short-narrow",
     "resnet-short-whiten-widen": "resnet-short-whiten-narrow",
+    "short-convs-widen": "short-convs-narrow",
 }
 
 

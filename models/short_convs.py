@@ -1,0 +1,54 @@
+"""airbench93's layout (Jordan 2024, ``lib_airbench93.py``) for short runs on 3x32x32 images,
+as data: the frozen patch-whitening stem (``whiten``), then three groups, each a convolution
+that sets the group's width, a 2x2 max-pool and a second convolution (every convolution a
+``convbn`` with GELU), then global average pooling and a ``scale`` of 1/9 before the head (the
+factor airbench puts on its logits). No residual blocks: airbench's identity start
+(``--conv-init dirac``) gives every convolution an implicit one.
+
+``short-convs`` is the baseline (64/128/128 channels, 1.08e8 forward FLOPs an example, 0.84x
+``resnet-short``'s); ``short-convs-narrow`` has its groups at half their widths, which the
+``short-convs-widen`` schedule widens a quarter of the way in, every convolution at once (the
+stem, fitted to the images, keeps its 24 channels). Layer ids say where a layer sits: ``g2a``,
+``g2pool``, ``g2b`` are group 2's. Pure data: nothing here imports the spec or the schedule,
+which register these.
+
+airbench pools between its first convolution and that convolution's batchnorm; ``convbn``
+pools after its activation. For a batchnorm with a positive scale and a monotone activation the
+two orders give the same maximum, up to the statistics the batchnorm is fitted on.
+"""
+
+from __future__ import annotations
+
+WIDTHS = (64, 128, 128)  # the groups'
+LOGIT_SCALE = 1 / 9
+
+
+def _ids(group: int) -> tuple[str, str, str]:
+    return f"g{group}a", f"g{group}pool", f"g{group}b"
+
+
+def layers(widths: tuple[int, ...] = WIDTHS) -> list[dict]:
+    """The stem, each group's two convolutions around its pool, gap and the scale."""
+    out: list[dict] = [{"id": "stem", "type": "whiten"}]
+    for group, width in enumerate(widths, start=1):
+        first, pool, second = _ids(group)
+        out += [
+            {"id": first, "type": "convbn", "out_channels": width, "activation": "gelu"},
+            {"id": pool, "type": "pool", "kind": "max", "size": 2},
+            {"id": second, "type": "convbn", "out_channels": width, "activation": "gelu"},
+        ]
+    return [*out, {"id": "gap", "type": "gap"}, {"id": "scale", "type": "scale", "factor": LOGIT_SCALE}]
+
+
+def narrow_layers() -> list[dict]:
+    """The baseline at half its groups' widths."""
+    return layers(tuple(width // 2 for width in WIDTHS))
+
+
+def widening_steps() -> list[tuple[str, int]]:
+    """(layer, width) of every convolution, widened to the baseline's, in depth order."""
+    return [
+        (lid, width)
+        for group, width in enumerate(WIDTHS, start=1)
+        for lid in (_ids(group)[0], _ids(group)[2])
+    ]

@@ -1,0 +1,81 @@
+"""airbench93's layout as named specs: the baseline, its start at half the widths, and the
+schedule that widens the one into the other, keeping its function where asked."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.builder import build_model
+from models.flops import flops_per_example
+from models.growth import grow
+from models.schedule import parse_schedule, validate_schedule
+from models.spec import infer_shapes, resolve_spec, spec_size
+from pipeline.study.recipes import recipe
+from pipeline.training.config import TrainConfig
+
+CIFAR = ((3, 32, 32), 10)
+
+
+def _flops(spec_name: str) -> dict:
+    return flops_per_example(build_model(resolve_spec(spec_name, *CIFAR)), CIFAR[0])
+
+
+def test_the_baseline_is_airbench93s_layout():
+    final = resolve_spec("short-convs", *CIFAR)
+    assert [layer["id"] for layer in final.layers] == [
+        "stem", "g1a", "g1pool", "g1b", "g2a", "g2pool", "g2b", "g3a", "g3pool", "g3b", "gap", "scale",
+    ]  # fmt: skip
+    convs = [layer for layer in final.layers if layer["type"] == "convbn"]
+    assert [c["out_channels"] for c in convs] == [64, 64, 128, 128, 128, 128]
+    assert {c["activation"] for c in convs} == {"gelu"} and final.layers[-1]["factor"] == pytest.approx(1 / 9)
+    shapes = infer_shapes(final)
+    assert shapes[1] == (24, 31, 31) and shapes[3] == (64, 15, 15) and shapes[9] == (128, 3, 3)
+    assert 550_000 <= spec_size(final).params <= 600_000
+    assert _flops("short-convs")["forward"] == 108_447_808  # the screens' figure
+    assert 0.8 <= _flops("short-convs")["train"] / _flops("resnet-short")["train"] <= 0.88
+
+
+def test_the_widen_schedule_widens_every_convolution_of_a_start_of_about_a_third_of_the_flops():
+    start, final = resolve_spec("short-convs-narrow", *CIFAR), resolve_spec("short-convs", *CIFAR)
+    assert start.layers[0] == final.layers[0]  # the stem keeps its 24 channels
+    events = parse_schedule("short-convs-widen", 12)
+    assert [e.to_compact() for e in events] == [
+        "3:g1a=widen(width=64)", "3:g1b=widen(width=64)", "3:g2a=widen(width=128)",
+        "3:g2b=widen(width=128)", "3:g3a=widen(width=128)", "3:g3b=widen(width=128)",
+    ]  # fmt: skip
+    assert validate_schedule(start, events, 12).layers == final.layers
+    # g1a reads the stem's 24 channels at 31x31 at either width: above a quarter
+    assert 0.28 <= _flops("short-convs-narrow")["train"] / _flops("short-convs")["train"] <= 0.34
+
+
+@pytest.mark.parametrize("init", ["preserve", "random"])
+def test_widening_keeps_or_restarts_the_function_as_asked_and_ends_as_the_baseline(init):
+    torch.manual_seed(0)
+    model = build_model(resolve_spec("short-convs-narrow", *CIFAR))
+    model.train()
+    model(torch.rand(32, *CIFAR[0]))  # batchnorm statistics of their own, not the defaults
+    model.eval()
+    x = torch.rand(4, *CIFAR[0])
+    before, start = model(x), model
+    for event in parse_schedule("short-convs-widen", 12):
+        model, info = grow(model, event, init=init)
+        assert info["kind"] == "widen" and info["preserved"] == (init == "preserve")
+    model.eval()
+    static = build_model(resolve_spec("short-convs", *CIFAR))
+    assert [(n, p.shape) for n, p in model.named_parameters()] == [
+        (n, p.shape) for n, p in static.named_parameters()
+    ]
+    grown = model.state_dict()
+    for name, old in start.state_dict().items():  # what trained sits in the leading slice
+        torch.testing.assert_close(grown[name][tuple(slice(0, n) for n in old.shape)], old)
+    if init == "preserve":
+        torch.testing.assert_close(model(x), before, atol=1e-5, rtol=1e-5)
+    else:
+        assert not torch.allclose(model(x), before, atol=1e-5, rtol=0)  # the logits are a ninth
+
+
+def test_the_airbench_recipe_is_a_valid_configuration_of_every_arm():
+    both = recipe("airbench").both
+    assert both["batch_size"] == 1024 and both["bn_bias_lr_scale"] == 64.0 and both["lookahead"] == 5
+    TrainConfig(**both).validate()
