@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 @click.option("--output", required=True, help="the PNG to write")
 def main(points_file: str, output: str) -> None:
     doc = json.loads(Path(points_file).read_text())
-    fig, ax = plt.subplots(figsize=(8, 5), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(8, 6.2), constrained_layout=True)
     recipes = list(dict.fromkeys(p["recipe"] for p in doc["points"]))
     for k, recipe in enumerate(recipes):
         points = sorted((p for p in doc["points"] if p["recipe"] == recipe), key=lambda p: p["minutes"])
@@ -46,9 +46,11 @@ def main(points_file: str, output: str) -> None:
     limit = doc["limit_minutes"]
     ax.annotate(f"{limit} min", (limit, 0.96), xycoords=("data", "axes fraction"), xytext=(4, 0), **note)
     ax.set_xlim(0, 1.15 * max(limit, *(p["minutes"] for p in doc["points"])))
+    ax.set_ylim(top=max(target, *(100 * p["acc"] for p in doc["points"])) + 0.8)  # room for the labels
     ax.set(xlabel="minutes for the whole run", ylabel=f"{doc['split']} accuracy (%)", title=doc["title"])
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    # below the axes: inside, it hides a line wherever the points fall
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), fontsize=8)
     fig.savefig(output, dpi=120)
     print(f"wrote {output}")
 
