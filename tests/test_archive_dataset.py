@@ -288,6 +288,18 @@ def test_the_command_refuses_a_bad_archive_in_one_line_and_fails_its_run(trackin
 # --- the CIFAR crop -----------------------------------------------------------------------------
 
 
+def _offset(crop: torch.Tensor, padded: torch.Tensor, pad: int) -> tuple[int, int]:
+    """Where in the padded image (C, H + 2 pad, W + 2 pad) the crop (C, H, W) was taken: the one place."""
+    side = 2 * pad + 1
+    (found,) = [
+        (dy, dx)
+        for dy in range(side)
+        for dx in range(side)
+        if torch.equal(crop, padded[:, dy : dy + crop.shape[1], dx : dx + crop.shape[2]])
+    ]
+    return found
+
+
 def test_crop_moves_each_image_on_its_own_by_up_to_the_padding_and_pads_zeros():
     x = torch.rand(64, 3, 32, 32) + 1  # no pixel is 0: zeros in the output are the padding
     out = augment_batch(x, "crop", torch.Generator().manual_seed(0))
@@ -295,13 +307,7 @@ def test_crop_moves_each_image_on_its_own_by_up_to_the_padding_and_pads_zeros():
     padded = torch.nn.functional.pad(x, (CROP_PAD,) * 4)
     offsets = []
     for image, crop in zip(padded, out):
-        side = 2 * CROP_PAD + 1
-        (found,) = [
-            (dy, dx)
-            for dy in range(side)
-            for dx in range(side)
-            if torch.equal(crop, image[:, dy : dy + 32, dx : dx + 32])
-        ]
+        found = _offset(crop, image, CROP_PAD)
         offsets.append(found)
         dy, dx = found
         zero_rows = max(CROP_PAD - dy, 0) + max(dy - CROP_PAD, 0)
@@ -320,17 +326,8 @@ def test_translate_moves_each_image_by_up_to_2_pixels_over_its_mirrored_edge():
     out = augment_batch(x, "translate", torch.Generator().manual_seed(0))
     assert out.shape == x.shape and bool((out != 0).all())
     padded = torch.nn.functional.pad(x, (TRANSLATE_PAD,) * 4, mode="reflect")
-    side = 2 * TRANSLATE_PAD + 1
-    offsets = set()
-    for image, moved in zip(padded, out):
-        (found,) = [
-            (dy, dx)
-            for dy in range(side)
-            for dx in range(side)
-            if torch.equal(moved, image[:, dy : dy + 32, dx : dx + 32])
-        ]
-        offsets.add(found)
-    assert len(offsets) == side * side  # every offset of the 5x5, per image
+    offsets = {_offset(moved, image, TRANSLATE_PAD) for image, moved in zip(padded, out)}
+    assert len(offsets) == (2 * TRANSLATE_PAD + 1) ** 2  # every offset of the 5x5, per image
     assert torch.equal(out, augment_batch(x, "translate", torch.Generator().manual_seed(0)))
     both = augment_batch(x, "flip+translate", torch.Generator().manual_seed(0))
     assert not torch.equal(both, out)
