@@ -13,8 +13,9 @@ stem, fitted to the images, keeps its 24 channels). Layer ids say where a layer 
 which register these.
 
 airbench pools between its first convolution and that convolution's batchnorm; ``convbn``
-pools after its activation. For a batchnorm with a positive scale and a monotone activation the
-two orders give the same maximum, up to the statistics the batchnorm is fitted on.
+pools after its activation. The two differ: the batchnorm's statistics here come from four
+times as many positions, and GELU is not monotone (it dips below 0 left of about -0.75), so the
+largest of four activations is not always the activation of the largest input.
 """
 
 from __future__ import annotations

@@ -67,11 +67,14 @@ def test_the_momentum_changes_what_validation_sees(small_data):
     assert a.history[0]["val/loss"] != b.history[0]["val/loss"]  # its running statistics: not
 
 
-def test_a_resumed_run_with_both_continues_exactly(small_data, tmp_path):
-    plan = lambda: growing_plan(small_data, CFG, SCHEDULE)
-    whole = fit(_fresh(CFG), small_data, CFG, plan())
+def test_a_resumed_run_with_both_continues_exactly_from_after_its_growth(small_data, tmp_path):
+    # every optimizer group present (grown, shifts, both, frozen) in the checkpoint it resumes
+    cfg = dataclasses.replace(CFG, growth_lr_scale=2.0, bn_bias_lr_scale=8.0)
+    plan = lambda: growing_plan(small_data, cfg, "1:convbn(16)@after:pool1")
+    whole = fit(_fresh(cfg), small_data, cfg, plan())
+    assert len(whole.optimizer.param_groups) == 5
     resumed = interrupted_then_resumed(
-        lambda: _fresh(CFG), small_data, CFG, plan, tmp_path / "a.pt", crash_after=1
+        lambda: _fresh(cfg), small_data, cfg, plan, tmp_path / "a.pt", crash_after=2
     )
     assert [h["val/loss"] for h in resumed.history] == [h["val/loss"] for h in whole.history]
     for name, value in whole.model.state_dict().items():

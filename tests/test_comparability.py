@@ -156,3 +156,31 @@ def test_the_conclusion_opens_with_the_answer_on_both_axes(tracking, tmp_path):
     ratios = np.array([48 / 100, 56 / 110, 45 / 90])
     assert row["paired_ratio"] == pytest.approx(np.exp(np.log(ratios).mean()))
     assert row["ratio_ci_low"] < row["paired_ratio"] < row["ratio_ci_high"] < 1
+
+
+def test_each_recipe_default_is_the_option_default_as_a_run_logs_it():
+    # a run from before an option existed groups with a new run that left it at its default
+    import dataclasses
+
+    from pipeline.report.runs import RECIPE_DEFAULTS, _canonical
+    from pipeline.training.config import TrainConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    for key, before in RECIPE_DEFAULTS.items():
+        assert _canonical(before) == _canonical(codec.param_text(defaults[key])), key
+
+
+def test_a_spec_logged_before_convbn_had_an_activation_keys_as_one_logged_after():
+    from models.spec import resolve_spec
+    from pipeline.report.groups import spec_key
+
+    now = resolve_spec("resnet-short", (3, 32, 32), 10).to_dict()
+    before = json.loads(json.dumps(now))
+    for layer in before["layers"]:
+        layer.pop("activation", None)
+    assert any(layer["type"] == "convbn" for layer in before["layers"])
+    assert spec_key(json.dumps(before)) == spec_key(json.dumps(now))
+    gelu = json.loads(json.dumps(now))
+    gelu["layers"][0]["activation"] = "gelu"
+    assert spec_key(json.dumps(gelu)) != spec_key(json.dumps(now))
+    assert spec_key('{"not": "a spec"}') == '{"not": "a spec"}'  # kept as logged

@@ -53,7 +53,7 @@ def dirac_init(model: nn.Module) -> int:
 
 def _shape(layer: dict, in_shape: Shape) -> Shape:
     activation = layer["activation"]
-    if activation not in ACTIVATIONS:
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
         known = ", ".join(ACTIVATIONS)
         raise SpecError(f"layer {layer['id']!r}: activation must be one of {known}, got {activation!r}")
     return conv_shape(layer, in_shape)

@@ -11,6 +11,7 @@ another setting is reported unpaired, with the parameters that differ.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from models.errors import UserError
+from models.spec import ArchSpec
 from pipeline.budget.spec import Budget, parse_budget
 from pipeline.report.metrics import TIME_TO_TARGET, fmt
 from pipeline.report.runs import COMPARABILITY_KEYS, LENGTH_KEYS, setting_of
@@ -34,7 +37,11 @@ TARGET_FRACTION = 0.95
 
 
 def spec_key(final_spec: str) -> str:
-    """The architecture in ``final_spec`` as canonical JSON without its name ('' when absent)."""
+    """The architecture in ``final_spec`` as canonical JSON without its name ('' when absent).
+
+    Read back through the spec format where it can be, so every layer carries every field of
+    its type: a run logged before a field existed (convbn's ``activation``) keys as a run
+    logged after it with the field at its default."""
     if not isinstance(final_spec, str) or not final_spec.strip():
         return ""
     try:
@@ -42,6 +49,9 @@ def spec_key(final_spec: str) -> str:
     except json.JSONDecodeError:
         return final_spec.strip()
     if isinstance(spec, dict):
+        # a spec this code cannot read is keyed as logged
+        with contextlib.suppress(UserError, KeyError, TypeError, ValueError):
+            spec = ArchSpec.from_dict(spec).to_dict()
         spec.pop("name", None)
     return json.dumps(spec, sort_keys=True)
 

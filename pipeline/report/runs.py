@@ -38,7 +38,7 @@ RECIPE_DEFAULTS = {
     "clip_grad": "0",
     "bn_bias_lr_scale": "1",
     "conv_init": "default",
-    "bn_scale_frozen": "False",
+    "bn_scale_frozen": "false",
     "bn_momentum": "0.1",
     "lookahead": "0",
 }

@@ -123,7 +123,7 @@ def load_checkpoint(
         lookahead = Lookahead.restore(model, ckpt["lookahead"]) if ckpt.get("lookahead") else None
     except (KeyError, RuntimeError) as err:  # a weight average of another network or format
         raise CheckpointError(
-            f"checkpoint {path}: its weight average does not fit its model ({err})"
+            f"checkpoint {path}: its weight average or lookahead's slow weights do not fit its model ({err})"
         ) from None
     return FitState(
         model=model,

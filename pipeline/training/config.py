@@ -196,8 +196,8 @@ class TrainConfig:
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, grown: Collection[str] = ()) -> torch.optim.Optimizer:
-    """SGD over ``model``'s parameters in ``model.parameters()`` order, so a checkpoint's optimizer
-    state always maps back onto a model rebuilt from the checkpoint's spec.
+    """SGD over ``model``'s parameters, each group in ``model.parameters()`` order, so a
+    checkpoint's optimizer state always maps back onto a model rebuilt from the checkpoint's spec.
 
     With ``--growth-lr-scale`` other than 1, the parameters named in ``grown`` (those growth
     added or re-initialised) form a group of their own (``grown``) whose ``lr_scale`` the training

@@ -2,7 +2,8 @@
 
 A slow copy of the weights follows the trained ("fast") ones: every K steps it moves toward them
 by 1 - rho and the fast weights are set back to it, and at each epoch's end the fast weights are
-set to it once more, so validation, the logged model and evaluate see the slow weights. rho
+set to it once more (as ``lib_airbench93``'s training loop does; the last few steps of an epoch
+since a sync are let go), so validation, the logged model and evaluate see the slow weights. rho
 warms from 0 to 0.95^K over training (times the cube of training's progress): early the slow
 copy follows closely, late it averages strongly. It starts a quarter of the way in (airbench93:
 epoch 3 of 11), once the weights have left their random start. Like ``--ema-decay`` it covers
