@@ -11,8 +11,10 @@ from pipeline.tracking.errors import Terminated, interruptions_held, raise_termi
 @pytest.fixture
 def sigterm_raises():
     previous = signal.signal(signal.SIGTERM, raise_terminated)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises
     yield
     signal.signal(signal.SIGTERM, previous)
+    signal.signal(signal.SIGINT, previous_int)
 
 
 SIGNALS = [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)]

@@ -98,11 +98,17 @@ class StepRunner:
                 succeeded = submitted.wait()
             except (KeyboardInterrupt, Terminated):
                 # Pass the signal on and wait: the step ends KILLED with its checkpoint, then main.
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
-                submitted.cancel()
-                # `bash -c` may stand between: the step then sees its launcher gone, within a second.
-                wait_closed(submitted.run_id)
+                # A second Ctrl-C meanwhile is ignored; after, the handlers are given back (a
+                # process that goes on, a notebook or a test suite, would keep ignoring it).
+                signals = (signal.SIGINT, signal.SIGTERM)
+                previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in signals}
+                try:
+                    submitted.cancel()
+                    # `bash -c` may stand between: the step then sees its launcher gone, within a second.
+                    wait_closed(submitted.run_id)
+                finally:
+                    for sig, handler in previous.items():
+                        signal.signal(sig, handler)
                 raise
             if not succeeded:
                 # A step that died before closing its own run (killed, out of memory) leaves it RUNNING.
