@@ -246,19 +246,20 @@ GROUP_ORDER = ((False, False), (True, False), (False, True), (True, True))
 
 def batchnorm_shifts(model: nn.Module) -> set[str]:
     """The parameter names of every batchnorm's shift (bias) in ``model``, exits' included."""
-    return {
-        f"{name}.bias" if name else "bias"
-        for name, module in model.named_modules()
-        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.bias is not None
-    }
+    return _batchnorm_parameters(model, "bias")
 
 
 def batchnorm_scales(model: nn.Module) -> set[str]:
     """The parameter names of every batchnorm's scale (weight) in ``model``, exits' included."""
+    return _batchnorm_parameters(model, "weight")
+
+
+def _batchnorm_parameters(model: nn.Module, kind: str) -> set[str]:
+    """The names of every batchnorm's ``kind`` ("weight" or "bias") parameter in ``model``."""
     return {
-        f"{name}.weight" if name else "weight"
+        f"{name}.{kind}" if name else kind
         for name, module in model.named_modules()
-        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.weight is not None
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and getattr(module, kind) is not None
     }
 
 

@@ -65,8 +65,8 @@ class Lookahead:
         """The slow copy a checkpoint holds, bound to ``model``; refuses one of another shape."""
         lookahead = cls(model, int(state["every"]), int(state["steps"]), state["slow"])
         if lookahead.slow is not None:
-            shapes = [t.shape for t in lookahead._fast()]
-            if shapes != [t.shape for t in lookahead.slow]:
+            fast = lookahead._fast()
+            if [t.shape for t in fast] != [t.shape for t in lookahead.slow]:
                 raise RuntimeError("the slow copy's shapes are not the model's")
-            lookahead.slow = [s.to(t.device) for s, t in zip(lookahead.slow, lookahead._fast())]
+            lookahead.slow = [s.to(t.device) for s, t in zip(lookahead.slow, fast)]
         return lookahead
