@@ -26,6 +26,33 @@ from pipeline.training.pace import CheckpointPace
 from pipeline.training.state import FitState, new_state
 
 REPO = Path(__file__).resolve().parents[1]
+# What MLflow and Optuna write by default, relative to the working directory: a test that runs
+# a process from the repository without a store of its own writes here.
+DEFAULT_STORES = ("mlruns", "mlflow.db", "optuna.db")
+
+
+def _stores_signature() -> dict[str, float]:
+    """Each default store under the repository, and each folder just inside mlruns (a new
+    experiment or run changes one), with its modification time."""
+    out = {}
+    for name in DEFAULT_STORES:
+        path = REPO / name
+        if path.exists():
+            out[name] = path.stat().st_mtime
+            for inner in path.glob("*") if path.is_dir() else ():
+                out[f"{name}/{inner.name}"] = inner.stat().st_mtime
+    return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def repository_stores_untouched():
+    """Fails the session if any test wrote into the repository's default MLflow or Optuna stores
+    (they hold a user's own runs; tests use a temporary store)."""
+    before = _stores_signature()
+    yield
+    after = _stores_signature()
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"tests wrote into the repository's default stores: {changed}"
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ same command finishes."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from pipeline.data.splits import REFUSE_TEST_ENV
 from pipeline.study import queue
 from pipeline.tracking.errors import FAILURE_TAG
 from pipeline.tune.study import STUDY_PARENT
-from tests.conftest import REPO, subprocess_env
+from tests.conftest import subprocess_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
 
@@ -127,6 +128,11 @@ def test_a_confirmation_refuses_screened_seeds_and_preregisters_before_training(
         # preregistered before any cell trained: the tag's artifact was written first
         assert run.info.start_time > client.get_run(parent).info.start_time
     assert client.get_run(parent).data.tags["study_label"] == "confirmatory"
+    # each arm's mean test accuracy with its interval and whole-run minutes, read from the runs
+    text = Path(client.download_artifacts(parent, "study/report.md", str(tmp_path))).read_text()
+    n = r"-?[0-9]+\.[0-9]+"
+    means = rf"\| static@epochs \| 2 \| {n} \({n} to {n}\) \| [0-9]+ \| {n} \({n}\) \| 3 \|"
+    assert re.search(means, text), text
     again = runner.invoke(study.main, args)  # nothing to train, nothing to evaluate again
     assert again.exit_code == 0, again.output
     assert len([r for r in _children(parent) if r.data.tags.get("entry_point") == "evaluate"]) == len(cells)
@@ -163,7 +169,7 @@ def test_a_worker_killed_mid_cell_loses_nothing_and_no_cell_counts_twice(trackin
         "--study-name", "k", "--heartbeat-interval", "1", "--grace-period", "4",
     ]  # fmt: skip
     command = [sys.executable, "-m", "pipeline.study", *args]
-    coordinator = subprocess.Popen([*command, "--experiment-name", "k-exp"], env=env, cwd=REPO,
+    coordinator = subprocess.Popen([*command, "--experiment-name", "k-exp"], env=env, cwd=tmp_path,
                                    stderr=subprocess.PIPE, text=True)  # fmt: skip
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     deadline = time.monotonic() + 300
@@ -177,7 +183,7 @@ def test_a_worker_killed_mid_cell_loses_nothing_and_no_cell_counts_twice(trackin
         time.sleep(0.5)
     # Told no experiment, a worker puts its cells where the study's parent run is. It starts at
     # once: on a fast machine the coordinator trains every cell while another process starts.
-    worker = subprocess.Popen([*command, "--worker", "true"], env=env, cwd=REPO)
+    worker = subprocess.Popen([*command, "--worker", "true"], env=env, cwd=tmp_path)
     running = []
     while not running:  # kill it in the middle of its first cell
         running = mlflow.search_runs(
@@ -190,7 +196,7 @@ def test_a_worker_killed_mid_cell_loses_nothing_and_no_cell_counts_twice(trackin
     worker.send_signal(signal.SIGKILL)
     worker.wait()
     elsewhere = subprocess.run([*command, "--worker", "true", "--experiment-name", "other"], env=env,
-                               cwd=REPO, capture_output=True, text=True)  # fmt: skip
+                               cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
     assert elsewhere.returncode == 2 and "records its runs in experiment 'k-exp'" in elsewhere.stderr
     _, err = coordinator.communicate(timeout=600)
     assert coordinator.returncode == 0, err

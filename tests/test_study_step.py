@@ -287,6 +287,22 @@ def test_the_report_figure_and_text_are_written(tmp_path):
     assert "dynamic@flops:0.5 vs static@flops:0.5 | 3 | +3.00 (+3.00 to +3.00) | 3 of 3 | 0.000" in text
 
 
+def test_the_report_gives_each_arms_mean_with_its_interval_and_whole_run_minutes():
+    rows = _rows().assign(run_s=lambda r: r["trained_s"] * 1.2)
+    rows.loc[(rows.arm == "static") & (rows.budget == "epochs") & (rows.seed == 3), "run_s"] = 150.0
+    points = report.frontier(rows)
+    static = points.set_index(["arm", "budget"]).loc[("static", "epochs")]
+    assert static["run_s"] == pytest.approx((120 + 120 + 150) / 3) and static["run_s_max"] == 150.0
+    doc = {"study": "t", "phase": "confirm", "label": "confirmatory", "metric": "test/acc", "seeds": "1,2,3"}
+    doc |= {"epochs": 4, "static_spec": "default", "health": {}}
+    text = report.markdown(doc, report.compare(rows, [], "confirmatory"), None, points)
+    # 0.80, 0.79, 0.81: mean 80.00, t interval 80 -/+ 4.303 * 0.01 / sqrt(3) * 100
+    assert "| static@epochs | 3 | 80.00 (77.52 to 82.48) | 100 | 2.2 (2.5) | 4 |" in text
+    one = report.frontier(rows[rows.seed == 1].drop(columns="run_s"))  # rows that record no whole run
+    text = report.markdown(doc, report.compare(rows, [], "confirmatory"), None, one)
+    assert "| dynamic@epochs | 1 | 82.00 (no interval: one seed) | 70 | not recorded | 4 |" in text
+
+
 def test_a_seconds_cell_trained_on_another_machine_than_its_reference_is_named():
     where = [
         ("static@epochs#1", "a", "boot-1"),

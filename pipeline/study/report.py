@@ -4,8 +4,9 @@ and seconds as spent, health counts, per tier, where each growing arm reaches st
 accuracy, and the cost-frontier figure. Pure: rows in, tables and files out; no MLflow.
 
 A row is one finished cell: ``cell, arm, budget, seed, run_id, acc`` (the phase's metric:
-validation or test accuracy), ``trained_s``, ``flops``, ``epochs``, ``health``, ``dip``,
-``acc_<tier>`` per difficulty tier and, where known, the ``host`` and ``boot`` it trained on.
+validation or test accuracy), ``trained_s``, ``run_s`` (the whole run), ``flops``, ``epochs``,
+``health``, ``dip``, ``acc_<tier>`` per difficulty tier and, where known, the ``host`` and
+``boot`` it trained on.
 """
 
 from __future__ import annotations
@@ -105,14 +106,19 @@ def health(rows: pd.DataFrame) -> dict[str, dict[str, int]]:
     return out
 
 
-FRONTIER_COLUMNS = ["arm", "budget", "n", "acc", "acc_ci_low", "acc_ci_high", "trained_s", "flops", "epochs"]
+FRONTIER_COLUMNS = [
+    "arm", "budget", "n", "acc", "acc_ci_low", "acc_ci_high",
+    "trained_s", "run_s", "run_s_max", "flops", "epochs",
+]  # fmt: skip
 
 
 def frontier(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per arm and budget: mean accuracy, seconds that trained and FLOPs over seeds."""
+    """Per arm and budget: mean accuracy, seconds that trained, whole-run seconds (mean and
+    longest) and FLOPs over seeds."""
     points = []
     for (arm, budget), group in rows.groupby(["arm", "budget"], sort=False):
         acc = summary(group["acc"])
+        run_s = group["run_s"] if "run_s" in group else pd.Series([math.nan])
         points.append(
             {
                 "arm": arm,
@@ -122,6 +128,8 @@ def frontier(rows: pd.DataFrame) -> pd.DataFrame:
                 "acc_ci_low": acc["ci_low"],
                 "acc_ci_high": acc["ci_high"],
                 "trained_s": float(group["trained_s"].mean()),
+                "run_s": float(run_s.mean()),
+                "run_s_max": float(run_s.max()),
                 "flops": float(group["flops"].mean()),
                 "epochs": float(group["epochs"].mean()),
             }
@@ -218,9 +226,15 @@ def seconds_on_another_machine(rows: pd.DataFrame) -> list[str]:
     return sorted(out)
 
 
-def markdown(summary_doc: dict, table: pd.DataFrame, controls: pd.DataFrame | None = None) -> str:
-    """The report's text: what was compared on what, then one line per comparison of the family
-    and, apart, one per arm against its control (``controls``, corrected among themselves)."""
+def markdown(
+    summary_doc: dict,
+    table: pd.DataFrame,
+    controls: pd.DataFrame | None = None,
+    points: pd.DataFrame | None = None,
+) -> str:
+    """The report's text: what was compared on what, one line per comparison of the family and,
+    apart, one per arm against its control (``controls``, corrected among themselves), then each
+    arm's means (``points``, from ``frontier``)."""
     lines = [
         f"# Study {summary_doc['study']} ({summary_doc['phase']}): {summary_doc['label']}",
         "",
@@ -256,6 +270,8 @@ def markdown(summary_doc: dict, table: pd.DataFrame, controls: pd.DataFrame | No
             "",
             *_table_lines(controls),
         ]
+    if points is not None and len(points):
+        lines += ["", *_means_lines(points, summary_doc["metric"])]
     reach = summary_doc.get("seconds_to_reach_static", {})
     for arm, ratio in reach.items():
         said = f"{ratio:.2f}x static's seconds" if math.isfinite(ratio) else "at none of its budgets"
@@ -268,6 +284,32 @@ def markdown(summary_doc: dict, table: pd.DataFrame, controls: pd.DataFrame | No
             f"\nScoring difficulty (run {s['run']}) cost {s['seconds']:.0f} s, charged once to the study."
         )
     return "\n".join(lines) + "\n"
+
+
+def _means_lines(points: pd.DataFrame, metric: str) -> list[str]:
+    """Each arm's mean over the seeds it finished, with its interval, and what it cost: the
+    absolute figures behind the differences (a baseline's accuracy is read here)."""
+    lines = [
+        f"Means over seeds (the comparisons' runs; a baseline's {metric} is read here):",
+        "",
+        f"| arm | seeds | {metric}, % (95% CI) | seconds that trained | whole run, minutes (longest) "
+        "| epochs |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in points.to_dict("records"):
+        interval = (
+            f"({100 * r['acc_ci_low']:.2f} to {100 * r['acc_ci_high']:.2f})"
+            if math.isfinite(r["acc_ci_low"])
+            else "(no interval: one seed)"
+        )
+        minutes = "not recorded"
+        if math.isfinite(r["run_s"]):
+            minutes = f"{r['run_s'] / 60:.1f} ({r['run_s_max'] / 60:.1f})"
+        lines.append(
+            f"| {r['arm']}@{r['budget']} | {r['n']} | {100 * r['acc']:.2f} {interval} | {r['trained_s']:.0f} "
+            f"| {minutes} | {r['epochs']:g} |"
+        )
+    return lines
 
 
 def _table_lines(table: pd.DataFrame) -> list[str]:

@@ -25,9 +25,14 @@ from pipeline.tracking.runs import RUN_TAGS
 # A finished cell's row; a study none of whose cells finished still has these columns (an empty
 # report, not an error).
 ROW_COLUMNS = [
-    "cell", "arm", "budget", "seed", "run_id", "acc", "val_acc", "trained_s", "flops", "epochs",
-    "health", "dip", "host", "boot", *(f"acc_{t}" for t in TIER_NAMES),
+    "cell", "arm", "budget", "seed", "run_id", "acc", "val_acc", "trained_s", "run_s", "flops",
+    "epochs", "health", "dip", "host", "boot", *(f"acc_{t}" for t in TIER_NAMES),
 ]  # fmt: skip
+
+
+def _whole_run_s(run) -> float:
+    """The run start to end: its data, validation and logging besides the seconds that trained."""
+    return (run.info.end_time - run.info.start_time) / 1000 if run.info.end_time else float("nan")
 
 
 def rows(finished: dict[str, str], phase: str) -> pd.DataFrame:
@@ -47,6 +52,7 @@ def rows(finished: dict[str, str], phase: str) -> pd.DataFrame:
                 "acc": m.get(METRIC[phase], float("nan")),
                 "val_acc": m.get("val/acc", float("nan")),
                 "trained_s": m.get("time/trained_s", float("nan")),
+                "run_s": _whole_run_s(run),
                 "flops": m.get("train/flops_cumulative", float("nan")),
                 "epochs": len(client.get_metric_history(run_id, "val/acc")),
                 "health": run.data.tags.get("health", ""),
@@ -125,7 +131,7 @@ def log_report(
             against_controls.to_csv(folder / "controls.csv", index=False)
         points.to_csv(folder / "frontier.csv", index=False)
         (folder / "study.json").write_text(json.dumps(doc, indent=2, default=str))
-        (folder / "report.md").write_text(report.markdown(doc, table, against_controls))
+        (folder / "report.md").write_text(report.markdown(doc, table, against_controls, points))
         # the means behind the comparisons: descriptive, whatever the comparisons' label
         seeds_line = report.seeds_shown(seeds, table_rows)
         title = f"study {study_cfg.study_name}: mean {doc['metric']} (exploratory), seeds {seeds_line}"
