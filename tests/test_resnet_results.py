@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from pipeline.report.stats import summary
 from pipeline.study import grid, report
 
 RESNET = Path(__file__).resolve().parents[1] / "docs" / "results" / "resnet"
@@ -105,3 +106,23 @@ def test_the_five_short_run_seconds_pairs_are_what_the_residual_page_says():
     assert line["n"] == rows["seed"].nunique() == 5  # every seed's pair trained
     page = (RESNET / "README.md").read_text()
     assert f"{interval(line)} | {line['ahead']} of {line['n']} |" in page, interval(line)
+
+
+def test_the_static_baseline_at_90_percent_is_what_the_residual_page_says():
+    # docs/results/preregistered.md (0817aab): the mean of five static runs' test accuracy,
+    # seeds 953-957, against 90.0%; and every whole run within 30 minutes
+    folder = RESNET / "airbench-static"
+    rows = pd.read_csv(folder / "cells.csv")
+    assert sorted(rows["seed"]) == [953, 954, 955, 956, 957] and set(rows["arm"] + "@" + rows["budget"]) == {
+        "static@epochs"
+    }
+    acc = summary(rows["acc"])
+    shown = f"**{100 * acc['mean']:.2f}% ({100 * acc['ci_low']:.2f} to {100 * acc['ci_high']:.2f})**"
+    page = (RESNET / "README.md").read_text()
+    assert shown in page and acc["mean"] < 0.90  # the bar, not met
+    assert rows["run_s"].max() <= 30 * 60  # the time bar, met
+    assert f"longest {rows['run_s'].max() / 60:.1f}" in page
+    (stored,) = pd.read_csv(folder / "frontier.csv").to_dict("records")  # the study's own means
+    (again,) = report.frontier(rows).to_dict("records")
+    for column in ("acc", "acc_ci_low", "acc_ci_high", "trained_s", "run_s", "run_s_max"):
+        assert again[column] == pytest.approx(stored[column], rel=1e-9), column

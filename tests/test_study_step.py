@@ -212,7 +212,8 @@ def test_holm_matches_its_definition():
 
 def test_a_seed_that_gated_a_choice_or_screened_cannot_confirm():
     assert protocol.gated(722) and protocol.gated(1) and not protocol.gated(400)
-    assert protocol.gated(945) and protocol.gated(952) and protocol.gated(9991) and not protocol.gated(953)
+    assert protocol.gated(945) and protocol.gated(952) and protocol.gated(9991) and protocol.gated(957)
+    assert not protocol.gated(958)
     with pytest.raises(ConfigError, match="seed 722 gated a choice"):
         protocol.check_confirm_seeds((400, 722), {})
     with pytest.raises(ConfigError, match="seed 401 trained in screen study 'resnet-screen'"):

@@ -43,8 +43,11 @@ GATED_SEEDS: dict[tuple[int, int], str] = {
     (943, 947): "the short-run baseline's confirmation on the GPU: their test split was read",
     (948, 952): "the five pairs of growth into the short-run baseline at static's seconds: "
     "their test split was read",
+    (953, 957): "the static baseline at 90% (short-convs, airbench's recipe, 22 epochs) on the CPU: "
+    "their test split was read",
     (1000, 1000): "screened the short-run residual network: chose its widths, kept its recipe (validation)",
     (9990, 9991): "dry runs of bench_gpu.sh short on a 500-example subset: their test split was read",
+    (9992, 9992): "a dry run of bench_gpu.sh airbench on a 300-example subset: its test split was read",
 }
 
 
