@@ -31,7 +31,8 @@ ROW_COLUMNS = [
 
 
 def _whole_run_s(run) -> float:
-    """The run start to end: its data, validation and logging besides the seconds that trained."""
+    """The run start to end: its data, validation and logging besides the seconds that trained
+    (a resumed run's includes the time it lay stopped)."""
     return (run.info.end_time - run.info.start_time) / 1000 if run.info.end_time else float("nan")
 
 
