@@ -58,6 +58,8 @@ def repository_stores_untouched():
 @pytest.fixture
 def tracking(tmp_path, monkeypatch):
     """A fresh SQLite tracking store and artifact root in tmp_path; never the repo's."""
+    # First: the store takes ./mlruns, resolved now, as the root of experiments made later
+    monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
@@ -66,7 +68,6 @@ def tracking(tmp_path, monkeypatch):
     experiment = mlflow.create_experiment("test", artifact_location=(tmp_path / "artifacts").as_uri())
     mlflow.set_experiment(experiment_id=experiment)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_ID", experiment)
-    monkeypatch.chdir(tmp_path)
     yield uri
     while mlflow.active_run():
         mlflow.end_run()
