@@ -45,6 +45,18 @@ resnet=(--dataset "$DATASET" --subset "$SUBSET" --device "$DEVICE" --experiment-
 # The machine keeps nothing: the store's databases and the studies' reports come back under $OUT
 # (the models stay behind: a confirmation's cells have read their test split already).
 keep_store() { tar czf "$OUT/store.tgz" /tmp/gpu/*.db $(find mlruns -path '*artifacts/study' -type d 2>/dev/null) 2>/dev/null || true; }
+# The time a confirmation may take: sets left (seconds until END_S) and stop_h (the study's
+# --stop-after-hours, STOP_S before END_S), or stops the script if too little is left.
+study_window() {  # part
+    local stop_s=${STOP_S:-180}
+    left=$((${END_S:-540} - SECONDS))
+    if [ "$left" -le $((stop_s + 60)) ]; then
+        echo "$1: only $left s left of END_S, too few for the study; nothing of SEEDS trained" >&2
+        keep_store
+        exit 1
+    fi
+    stop_h=$(awk -v s="$((left - stop_s))" 'BEGIN { printf "%.4f", s / 3600 }')
+}
 # name:options over that recipe (a later option wins); curve-N: the recipe at N epochs
 RESNET_VARIANTS=("base:" "lr0.4:--lr 0.4" "lr0.1:--lr 0.1" "ls0.2:--label-smoothing 0.2"
     "wd1e-3:--weight-decay 1e-3" "warmup0.15:--warmup 0.15" "erase:--augment flip+crop+erase"
@@ -143,14 +155,7 @@ short)
     for point in ${ALONE-docs/results/resnet/gpu-short/wide64.json:16}; do
         static_alone "${point%:*}" "${point##*:}"
     done
-    stop_s=${STOP_S:-180}
-    left=$((${END_S:-540} - SECONDS))
-    if [ "$left" -le $((stop_s + 60)) ]; then
-        echo "short: only $left s left of END_S, too few for the study; nothing of SEEDS trained" >&2
-        keep_store
-        exit 1
-    fi
-    stop_h=$(awk -v s="$((left - stop_s))" 'BEGIN { printf "%.4f", s / 3600 }')
+    study_window short
     echo "side by side for at most $left s; the study takes no new cell after $stop_h h"
     timeout -k 20 "$left" "$PY" -m pipeline.study "${short[@]}" --start-spec "${START_SPEC:-resnet-short-narrow}" \
         --schedule "${SCHEDULE:-resnet-short-widen}" --phase confirm --arms static,dynamic,dynamic-random \
@@ -187,14 +192,7 @@ airbench)
     fi
     timeout -k 10 "${ALONE_CAP_S:-120}" "$PY" -m pipeline.study "${ab[@]}" --arms static --budgets epochs \
         --seeds 1000 --study-name airbench-alone >"$OUT/alone.log" 2>&1 || echo "alone: exit $?"
-    stop_s=${STOP_S:-180}
-    left=$((${END_S:-540} - SECONDS))
-    if [ "$left" -le $((stop_s + 60)) ]; then
-        echo "airbench: only $left s left of END_S, too few for the study; nothing of SEEDS trained" >&2
-        keep_store
-        exit 1
-    fi
-    stop_h=$(awk -v s="$((left - stop_s))" 'BEGIN { printf "%.4f", s / 3600 }')
+    study_window airbench
     timeout -k 20 "$left" "$PY" -m pipeline.study "${ab[@]}" --phase confirm --arms static,dynamic,dynamic-random \
         --budgets "${BUDGETS:-epochs,flops:0.5,flops:1}" --seeds "$SEEDS" --workers "${WORKERS:-12}" \
         --stop-after-hours "$stop_h" --study-name "${STUDY:-airbench-confirm}" >"$OUT/confirm.log" 2>&1 ||
