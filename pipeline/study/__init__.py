@@ -9,7 +9,8 @@
   evaluates a confirmation and logs the report;
 - ``queue``: the cells as enqueued Optuna trials, taken by workers with heartbeats and retries;
 - ``cell``: one cell trained in this process, a child run of the study;
-- ``report``: the comparison table, the frontier and the figure from the cells' rows (pure).
+- ``report``: the comparison table, the frontier and the figure from the cells' rows (pure);
+- ``join``: several studies of one grid, on different seeds, read as one report.
 """
 
 from pipeline.study.command import CONFIGS, main

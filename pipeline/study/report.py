@@ -160,6 +160,42 @@ def seconds_to_reach(points: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def write(
+    folder: Path,
+    rows: pd.DataFrame,
+    family: list[Comparison],
+    controls: list[Comparison],
+    doc: dict,
+    seeds: tuple[int, ...],
+) -> pd.DataFrame:
+    """The report's files in ``folder`` (cells.csv, comparisons.csv, controls.csv where there
+    are controls, frontier.csv and .png, study.json, report.md) from the finished cells' rows;
+    ``doc`` names the study and says what the rows cannot (label, metric, seeds, epochs, the
+    reference's network, scoring, missing cells), and gains the rest. Returns the comparison
+    table: the family's lines, then those against the controls."""
+    table = compare(rows, family, doc["label"])
+    against_controls = compare(rows, controls, outside_family(doc["label"]))
+    points = frontier(rows)
+    doc.update(
+        health=health(rows),
+        seconds_to_reach_static=seconds_to_reach(points),
+        seconds_on_another_machine=seconds_on_another_machine(rows),
+    )
+    rows.to_csv(folder / "cells.csv", index=False)
+    table.to_csv(folder / "comparisons.csv", index=False)
+    if controls:
+        against_controls.to_csv(folder / "controls.csv", index=False)
+    points.to_csv(folder / "frontier.csv", index=False)
+    (folder / "study.json").write_text(json.dumps(doc, indent=2, default=str))
+    (folder / "report.md").write_text(markdown(doc, table, against_controls, points))
+    # Where comparisons were preregistered the means behind them are descriptive; where none
+    # were (a baseline alone), the means are the study's figure and carry its label.
+    means = "exploratory" if family else doc["label"]
+    title = f"{doc['title']}: mean {doc['metric']} ({means}), seeds {seeds_shown(seeds, rows)}"
+    figure(points, folder / "frontier.png", title, doc["metric"])
+    return pd.concat([table, against_controls], ignore_index=True) if controls else table
+
+
 def seeds_shown(seeds: tuple[int, ...], rows: pd.DataFrame) -> str:
     """The grid's seeds with a finished cell that has its accuracy, and those with none: the
     seeds a figure's means rest on (a seed dropped or failed everywhere is named as missing)."""
@@ -243,11 +279,27 @@ def markdown(
         f"Reference: static at {summary_doc['epochs']} epochs ({summary_doc['static_spec']}).",
         f"Health (runs per verdict): {json.dumps(summary_doc['health'])}",
     ]
-    if summary_doc["label"] == "confirmatory":
+    if summary_doc.get("studies"):
+        joined = ", ".join(
+            f"{s['study']} (seeds {','.join(map(str, s['seeds']))}, {s['label']})"
+            for s in summary_doc["studies"]
+        )
+        lines.append(f"Joined from {len(summary_doc['studies'])} studies of one grid: {joined}.")
+    if summary_doc.get("partial"):
+        lines.append(f"**Partial**: {summary_doc['partial']}.")
+    for key, values in summary_doc.get("recorded_by_some", {}).items():
+        said = ", ".join(f"{study}: {value}" for study, value in values.items())
+        lines.append(f"Option {key} recorded by only some of the studies ({said}).")
+    if summary_doc["label"] == "confirmatory" and len(table):
         lines.append(
             "Confirmatory: each comparison's paired difference, its interval, p and verdict (what "
             "was preregistered). Exploratory: the per-tier differences, the seconds and FLOPs "
             "ratios, the frontier figure and the seconds to reach static."
+        )
+    elif summary_doc["label"] == "confirmatory":
+        lines.append(
+            "Confirmatory: each arm's mean with its interval (no comparison was preregistered: "
+            "the means below are the study's figures)."
         )
     if summary_doc.get("cells_missing"):
         missing = summary_doc["cells_missing"]

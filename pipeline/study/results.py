@@ -4,7 +4,6 @@ parent run (``study/``: report.md, comparisons.csv, cells.csv, frontier.csv and 
 
 from __future__ import annotations
 
-import json
 import time
 
 import mlflow
@@ -99,51 +98,32 @@ def log_report(
     arms, budgets, seeds = grid_cfg.parsed()
     done = queue.finished(study, grid)
     table_rows = rows(done, study_cfg.phase)
-    preregistered = study_cfg.phase == "confirm"
-    family = comparisons(arms, budgets)
-    study_label = label(study_cfg.phase, seeds, preregistered)
-    table = report.compare(table_rows, family, study_label)
-    controls = control_comparisons(arms, budgets)
-    against_controls = report.compare(table_rows, controls, report.outside_family(study_label))
-    points = report.frontier(table_rows)
+    family, controls = comparisons(arms, budgets), control_comparisons(arms, budgets)
     doc = {
         "study": study_cfg.study_name,
+        "title": f"study {study_cfg.study_name}",
         "phase": study_cfg.phase,
-        "label": study_label,
+        "label": label(study_cfg.phase, seeds, study_cfg.phase == "confirm"),
         "metric": METRIC[study_cfg.phase],
         "seeds": ",".join(str(s) for s in seeds),
         "epochs": train_cfg.epochs,
         "static_spec": static_description(runs),
-        "health": report.health(table_rows),
-        "seconds_to_reach_static": report.seconds_to_reach(points),
         "scoring": scoring,
         "cells_finished": len(done),
         "cells_missing": [c.key for c in grid if c.key not in done],
         "cells_counted_twice": queue.counted_twice(study),
-        "seconds_on_another_machine": report.seconds_on_another_machine(table_rows),
     }
     client = mlflow.MlflowClient()
     with scratch_dir() as tmp:
         folder = tmp / "study"
         folder.mkdir()
-        table_rows.to_csv(folder / "cells.csv", index=False)
-        table.to_csv(folder / "comparisons.csv", index=False)
-        if controls:
-            against_controls.to_csv(folder / "controls.csv", index=False)
-        points.to_csv(folder / "frontier.csv", index=False)
-        (folder / "study.json").write_text(json.dumps(doc, indent=2, default=str))
-        (folder / "report.md").write_text(report.markdown(doc, table, against_controls, points))
-        # the means behind the comparisons: descriptive, whatever the comparisons' label
-        seeds_line = report.seeds_shown(seeds, table_rows)
-        title = f"study {study_cfg.study_name}: mean {doc['metric']} (exploratory), seeds {seeds_line}"
-        report.figure(points, folder / "frontier.png", title, doc["metric"])
+        lines = report.write(folder, table_rows, family, controls, doc, seeds)
         client.log_artifacts(runs.parent_run_id, str(folder), "study")
     now = int(time.time() * 1000)
     metrics = [Metric("study/cells_finished", len(done), now, 0)]
-    lines = [*table.to_dict("records"), *against_controls.to_dict("records")]
-    for c, line in zip([*family, *controls], lines):
+    for c, line in zip([*family, *controls], lines.to_dict("records")):
         metrics += [Metric(f"compare/{c.key}/diff_points", line["diff_points"], now, 0)]
         metrics += [Metric(f"compare/{c.key}/p_holm", line["p_holm"], now, 0)]
     client.log_batch(runs.parent_run_id, metrics=[m for m in metrics if pd.notna(m.value)])
     client.set_tag(runs.parent_run_id, "study_label", doc["label"])
-    return pd.concat([table, against_controls], ignore_index=True) if controls else table
+    return lines

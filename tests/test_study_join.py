@@ -1,0 +1,112 @@
+"""Joining studies of one grid (pipeline/study/join.py): the stored folders of three real
+studies, the five pairs of seeds 948-952 that trained a session apart, give the comparison the
+residual page reports; studies that are not one comparison are refused with one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline.study import join
+
+RESNET = Path(__file__).resolve().parents[1] / "docs" / "results" / "resnet"
+PAIRS = [RESNET / f for f in ("short-seconds-948-949", "short-seconds-950-951", "short-seconds-952")]
+
+
+def run_join(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.study.join", *map(str, args)], capture_output=True, text=True
+    )
+
+
+def test_the_three_sessions_studies_joined_give_the_five_pairs_verdict(tmp_path):
+    table, doc = join.join(PAIRS, tmp_path / "joined", (948, 949, 950, 951, 952))
+    (line,) = table.to_dict("records")
+    assert line["n"] == 5 and line["ahead"] == 2 and line["label"] == "confirmatory"
+    shown = f"{line['diff_points']:+.2f} ({line['ci_low_points']:+.2f} to {line['ci_high_points']:+.2f})"
+    assert shown.replace("-", "−") == "−0.23 (−0.60 to +0.13)"  # as docs/results/resnet/README.md says
+    assert "partial" not in doc
+    written = tmp_path / "joined"
+    assert {p.name for p in written.iterdir()} == {
+        "cells.csv", "comparisons.csv", "frontier.csv", "frontier.png", "report.md", "study.json",
+    }  # fmt: skip
+    assert len(pd.read_csv(written / "cells.csv")) == 10
+    text = (written / "report.md").read_text()
+    assert (
+        "Joined from 3 studies of one grid: short-seconds-cpu-948-949 (seeds 948,949, confirmatory)" in text
+    )
+    # tta came into the study step between the sessions: named, not refused
+    assert "Option tta recorded by only some of the studies" in text and "short-seconds-cpu-952: none" in text
+    assert json.loads((written / "study.json").read_text())["seeds"] == "948,949,950,951,952"
+
+
+def test_fewer_studies_than_preregistered_seeds_make_a_report_that_says_it_is_partial(tmp_path):
+    out = tmp_path / "joined"
+    done = run_join(*PAIRS[:2], "--seeds", "948-952", "--out", out)
+    assert done.returncode == 0, done.stderr
+    assert "partial: 4 of the 5 preregistered seeds (not yet: 952)" in done.stdout
+    text = (out / "report.md").read_text()
+    assert "**Partial**: 4 of the 5 preregistered seeds (not yet: 952): a partial view" in text
+    assert "| dynamic@seconds vs static@epochs | 4 |" in text
+
+
+def test_a_join_replaces_the_report_before_it_whole(tmp_path):
+    out = tmp_path / "joined"
+    out.mkdir()
+    (out / "stale.txt").write_text("from another join")
+    join.join(PAIRS[2:], out)
+    assert not (out / "stale.txt").exists() and (out / "report.md").is_file()
+    assert not (tmp_path / "joined.writing").exists()
+
+
+def _edited(tmp_path: Path, source: Path, name: str, edit) -> Path:
+    folder = tmp_path / name
+    shutil.copytree(source, folder)
+    prereg = json.loads((folder / "preregistration.json").read_text())
+    edit(prereg)
+    (folder / "preregistration.json").write_text(json.dumps(prereg))
+    return folder
+
+
+def _another_epochs(prereg: dict) -> None:
+    prereg["grid"]["epochs"] = "12"
+
+
+def _no_seed_952(prereg: dict) -> None:
+    prereg["seeds"] = [953]
+
+
+@pytest.mark.parametrize(
+    ("folders", "says"),
+    [
+        (lambda t: [PAIRS[0], PAIRS[0]], "seed 948 is in both"),
+        (lambda t: [PAIRS[0], RESNET / "airbench-static"], "only studies of one comparison can be joined"),
+        (
+            lambda t: [PAIRS[0], _edited(t, PAIRS[2], "other-epochs", _another_epochs)],
+            "trained with epochs '12'",
+        ),
+        (
+            lambda t: [_edited(t, PAIRS[2], "stray", _no_seed_952)],
+            "has seeds [952] its preregistration does not name",
+        ),
+        (lambda t: [RESNET], "has no cells.csv"),
+        (lambda t: [], "name at least one study folder"),
+    ],
+    ids=["a-seed-twice", "other-comparisons", "other-grid", "stray-seed", "not-a-study", "none"],
+)
+def test_studies_that_are_not_one_comparison_are_refused_in_one_line(tmp_path, folders, says):
+    done = run_join(*folders(tmp_path), "--out", tmp_path / "joined")
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "joined").exists()
+
+
+def test_preregistered_seeds_that_lack_a_studys_seed_are_refused(tmp_path):
+    done = run_join(PAIRS[2], "--seeds", "948-951", "--out", tmp_path / "joined")
+    assert done.returncode == 2 and "lacks the studies' seeds [952]" in done.stderr
