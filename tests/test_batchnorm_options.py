@@ -13,6 +13,7 @@ from models.spec import resolve_spec
 from pipeline.cli import ConfigError
 from pipeline.training.config import TrainConfig, batchnorm_scales, make_optimizer
 from pipeline.training.epoch_loop import fit
+from pipeline.training.loop import clip_gradient
 from pipeline.training.state import new_state
 from tests.conftest import growing_plan, interrupted_then_resumed
 
@@ -41,6 +42,19 @@ def test_frozen_scales_form_a_last_group_at_rate_zero_and_only_they_do():
     assert not {names[id(p)] for g in trained for p in g["params"]} & batchnorm_scales(model)
     plain = dataclasses.replace(CFG, bn_scale_frozen=False)
     assert len(make_optimizer(model, plain).param_groups) == 1
+
+
+def test_clipping_measures_the_gradient_of_what_trains_not_of_the_frozen_scales():
+    # A frozen scale never moves, so its gradient must not shrink the others' step.
+    state = _fresh(CFG)
+    frozen = batchnorm_scales(state.model)
+    params = dict(state.model.named_parameters())
+    for name, p in params.items():
+        p.grad = torch.full_like(p, 100.0 if name in frozen else 1.0)
+    clip_gradient(state.optimizer, 1.0)
+    trained = torch.cat([params[n].grad.flatten() for n in params if n not in frozen])
+    assert float(trained.norm()) == pytest.approx(1.0, rel=1e-5)
+    assert all(torch.all(params[n].grad == 100.0) for n in frozen)  # not clipped: it does not move
 
 
 def test_a_growing_run_keeps_every_scale_where_it_started_and_every_momentum_as_asked(small_data):

@@ -97,8 +97,9 @@ class TrainConfig:
     )
     clip_grad: float = opt(
         0.0,
-        "clip the gradient's global norm to this before each step (0: no clipping); bounds the "
-        "step a large gradient right after a growth event takes",
+        "clip the global norm of the gradient of the parameters that train (not --bn-scale-frozen's "
+        "scales) to this before each step (0: no clipping); bounds the step a large gradient right "
+        "after a growth event takes",
     )
     eval_batch_size: int = opt(
         0, "batch size for evaluation passes (0: 128 on the CPU, where it is fastest; 1024 on a GPU)"

@@ -176,7 +176,7 @@ def train_one_epoch(
         (loss if scaler is None else scaler.scale(loss)).backward()
         if scaler is not None and recipe.clip_grad > 0:
             scaler.unscale_(optimizer)  # clip the true gradient, not the scaled one
-        _clip(optimizer, recipe.clip_grad)
+        clip_gradient(optimizer, recipe.clip_grad)
         if scaler is None:
             optimizer.step()
         else:
@@ -246,9 +246,18 @@ def _batch(
     return x, y, y[partner], lam
 
 
-def _clip(optimizer: torch.optim.Optimizer, max_norm: float) -> None:
+def clip_gradient(optimizer: torch.optim.Optimizer, max_norm: float) -> None:
+    """Clip the global norm of the gradient of what trains to ``max_norm`` (0: no clipping). A
+    frozen group (``--bn-scale-frozen``'s scales) never moves, so its gradient stays out of the
+    norm, where it would shrink every other parameter's step."""
     if max_norm > 0:
-        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        params = [
+            p
+            for group in optimizer.param_groups
+            if not group.get("frozen")
+            for p in group["params"]
+            if p.grad is not None
+        ]
         nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
 
 
