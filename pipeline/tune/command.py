@@ -231,7 +231,11 @@ def run(
         if parent != this_run:
             mlflow.log_metrics(summary)
         if any(code > 0 for code in codes):  # killed workers (< 0) are what heartbeats are for
-            raise click.ClickException(f"a worker failed (exit codes {codes}); its error is printed above")
+            # each failed worker was named above with its code, beside its own error
+            failed = sum(code > 0 for code in codes)
+            raise click.ClickException(
+                f"{failed} of {len(codes)} workers failed; the report covers the trials that finished"
+            )
     return study
 
 
