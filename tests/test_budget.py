@@ -20,7 +20,7 @@ from pipeline.run.session import RunConfig
 from pipeline.train_static import StaticConfig
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
-from pipeline.training.loop import cosine_lr
+from pipeline.training.lr_schedule import cosine_lr
 from tests.conftest import fresh_state, growing_plan
 
 DATA = DataConfig(subset=600)

@@ -28,7 +28,8 @@ from pipeline.run.plan import ExperimentPlan
 from pipeline.run.session import RunConfig
 from pipeline.training.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from pipeline.training.config import TrainConfig
-from pipeline.training.loop import EpochStats, cosine_lr
+from pipeline.training.loop import EpochStats
+from pipeline.training.lr_schedule import cosine_lr
 from pipeline.training.state import RunProgress
 from pipeline.training.training_plan import TrainingPlan
 from tests.conftest import fresh_state

@@ -6,6 +6,7 @@ same command finishes."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import signal
@@ -41,6 +42,20 @@ def _children(parent: str) -> list:
 
 def _trials(tmp_path, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+
+
+def _as_if_recorded_without(parent: str, trials: optuna.Study, option: str) -> None:
+    """Rewrite a confirmation's records (its definition, its preregistration and the tag of its
+    digest) as a study step that did not have ``option`` yet would have written them."""
+    definition = dict(trials.user_attrs[study.command.DEFINITION_ATTR])
+    del definition[option]
+    trials.set_user_attr(study.command.DEFINITION_ATTR, definition)
+    client = mlflow.MlflowClient()
+    prereg = json.loads(mlflow.artifacts.load_text(f"runs:/{parent}/study/preregistration.json"))
+    del prereg["grid"][option]
+    client.log_text(parent, json.dumps(prereg, indent=2), "study/preregistration.json")
+    digest = hashlib.sha256(json.dumps(prereg, sort_keys=True).encode()).hexdigest()[:16]
+    client.set_tag(parent, study.command.PREREGISTRATION_TAG, digest)
 
 
 def test_a_screen_trains_its_grid_as_child_runs_once(tracking, tmp_path, monkeypatch):
@@ -136,6 +151,13 @@ def test_a_confirmation_refuses_screened_seeds_and_preregisters_before_training(
     again = runner.invoke(study.main, args)  # nothing to train, nothing to evaluate again
     assert again.exit_code == 0, again.output
     assert len([r for r in _children(parent) if r.data.tags.get("entry_point") == "evaluate"]) == len(cells)
+    # Created by an earlier version of the step, which had no --lr-schedule: the study is
+    # finished now under its default (what trained then), refused under another value
+    _as_if_recorded_without(parent, _trials(tmp_path, "c"), "lr_schedule")
+    older = runner.invoke(study.main, args)
+    assert older.exit_code == 0 and "4 finished or under way, 0 queued" in older.output, older.output
+    other_value = runner.invoke(study.main, [*args, "--lr-schedule", "triangular"])
+    assert other_value.exit_code == 2 and "created with other options (--lr-schedule)" in other_value.output
     # A seed a confirmation spent (its test split read) confirms nothing else, under any name
     other = [*SMALL, "--seeds", "62,63", "--budgets", "epochs", "--phase", "confirm", "--study-name", "c2"]
     spent = runner.invoke(study.main, other)

@@ -19,10 +19,10 @@ from pipeline.training.loop import (
     EpochClock,
     LossTerms,
     StepRecipe,
-    cosine_lr,
     evaluate_split,
     train_one_epoch,
 )
+from pipeline.training.lr_schedule import cosine_lr, triangular_lr
 from pipeline.training.pace import CheckpointPace
 from pipeline.training.state import ArchitectureTrace
 from pipeline.training.training_plan import TrainingPlan
@@ -59,6 +59,32 @@ def test_cosine_schedule_warms_up_peaks_and_ends_at_zero():
     assert cosine_lr(0.1, 0.0, 0.1) < 0.01
     assert cosine_lr(0.1, 0.1, 0.1) == pytest.approx(0.1)
     assert cosine_lr(0.1, 1.0, 0.1) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_triangle_climbs_from_a_fifth_of_the_peak_and_falls_to_seven_percent():
+    # airbench94's get_lr: 0.2 -> 1 over the first 23% of steps, then 1 -> 0.07 at the last
+    assert triangular_lr(1.5, 0.0, 0.23) == pytest.approx(0.3)
+    assert triangular_lr(1.5, 0.115, 0.23) == pytest.approx(1.5 * 0.6)
+    assert triangular_lr(1.5, 0.23, 0.23) == pytest.approx(1.5)
+    assert triangular_lr(1.5, 0.615, 0.23) == pytest.approx(1.5 * (1 + 0.07) / 2)
+    assert triangular_lr(1.5, 1.0, 0.23) == pytest.approx(1.5 * 0.07)
+    assert triangular_lr(1.5, 1.2, 0.23) == pytest.approx(1.5 * 0.07)  # a seconds run's overshoot
+    assert triangular_lr(1.0, 0.5, 0.0) == pytest.approx(1 - 0.93 / 2)  # no warm-up: from the peak
+
+
+def test_the_run_follows_the_schedule_it_is_given(small_data):
+    cfg = TrainConfig(epochs=2, batch_size=500, lr=0.05, warmup=0.5, lr_schedule="triangular", seed=0)
+    state = fit(fresh_state(small_data, cfg), small_data, cfg, TrainingPlan())
+    # train/lr is an epoch's last step's rate: epoch 1 ends past the warm-up's last step, epoch 2
+    # at the end's 7%; the cosine would be back near zero there
+    steps = -(-len(small_data.train) // 500)  # batches an epoch, the last one short
+    last_of_first = (steps - 1) / (2 * steps)
+    assert state.history[0]["train/lr"] == pytest.approx(triangular_lr(0.05, last_of_first, 0.5))
+    assert state.history[1]["train/lr"] == pytest.approx(
+        triangular_lr(0.05, (2 * steps - 1) / (2 * steps), 0.5)
+    )
+    with pytest.raises(ConfigError, match="--lr-schedule 'linear': use one of cosine, triangular"):
+        dataclasses.replace(cfg, lr_schedule="linear").validate()
 
 
 def test_growth_rewarm_ramps_the_rate_back_after_each_growth_event():

@@ -29,6 +29,7 @@ RECIPE_DEFAULTS = {
     "momentum": "0.9",
     "weight_decay": "0.0005",
     "warmup": "0.03",
+    "lr_schedule": "cosine",
     "batch_size": "128",
     "augment": "none",
     "label_smoothing": "0",

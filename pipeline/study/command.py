@@ -74,6 +74,14 @@ def definition(
     return {**flat_params(data_cfg, train_cfg, grid_cfg), "phase": study_cfg.phase}
 
 
+def added_since(mine: dict, theirs: dict) -> set[str]:
+    """The options of ``mine`` that ``theirs``, a definition recorded by an earlier version of
+    the study step, lacks while ``mine`` has them at their default: options added since, whose
+    default keeps what trained before, so a study created then can be finished now."""
+    defaults = flat_params(*(cls() for cls in CONFIGS[:3]))
+    return {k for k in mine if k not in theirs and k in defaults and mine[k] == defaults[k]}
+
+
 def final_network(grid_cfg: GridConfig, epochs: int, data):
     """The network the growth ends in (and static trains), the schedule checked on the way."""
     start = resolve_spec(grid_cfg.start_spec, data.input_shape, data.num_classes)
@@ -181,7 +189,12 @@ def register(client: mlflow.MlflowClient, parent: str, prereg: Preregistration) 
     if logged is None:
         client.log_text(parent, json.dumps(prereg.to_dict(), indent=2), "study/preregistration.json")
         client.set_tag(parent, PREREGISTRATION_TAG, prereg.digest())
-    elif logged != prereg.digest():
+        return
+    if logged != prereg.digest():  # an earlier version of the step may have recorded fewer options
+        then = json.loads(mlflow.artifacts.load_text(f"runs:/{parent}/study/preregistration.json"))
+        added = added_since(prereg.grid, then["grid"])
+        prereg = dataclasses.replace(prereg, grid={k: v for k, v in prereg.grid.items() if k not in added})
+    if logged != prereg.digest():
         raise ConfigError(
             f"study {prereg.study!r} was preregistered as {logged} (study/preregistration.json on its "
             "parent run); these options differ from it: confirm them under another --study-name"
@@ -231,6 +244,8 @@ def open_checked(url: str, configs: tuple) -> optuna.Study:
             f"{study_cfg.study_name!r} in {redact(url)} is a tune study, not a study's grid: choose "
             "another --study-name"
         )
+    if theirs is not None:
+        mine = {k: v for k, v in mine.items() if k not in added_since(mine, theirs)}
     if theirs is not None and theirs != mine:
         changed = sorted(k for k in mine if mine[k] != theirs.get(k))
         raise ConfigError(

@@ -15,6 +15,7 @@ from pipeline.cli import SEED_MAX, ConfigError, opt, option_name
 from pipeline.data.augment import AUGMENTATIONS
 from pipeline.device import pick_device
 from pipeline.precision import PRECISIONS, resolve_precision
+from pipeline.training.lr_schedule import LR_SCHEDULES
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 CONV_INITS = ("default", "dirac")
@@ -26,10 +27,15 @@ class TrainConfig:
     batch_size: int = opt(128, "training batch size")
     # SGD with Nesterov momentum and a cosine schedule: on these small CNNs it matches Adam's
     # accuracy with one fewer hyperparameter that interacts with growth (Adam's second moments).
-    lr: float = opt(0.05, "peak learning rate of the cosine schedule")
+    lr: float = opt(0.05, "peak learning rate of the schedule")
     momentum: float = opt(0.9, "SGD momentum (Nesterov)")
     weight_decay: float = opt(5e-4, "L2 weight decay")
     warmup: float = opt(0.03, "fraction of training spent warming the learning rate up")
+    lr_schedule: str = opt(
+        "cosine",
+        "the rate's shape: cosine (linear warm-up from near 0, then a cosine to 0) or triangular "
+        "(airbench's: linear from 0.2x the peak to it over the warm-up, then linear to 0.07x)",
+    )
     seed: int = opt(0, "seed of weights, data order and dropout")
     device: str = opt("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
     deterministic: bool = opt(False, "deterministic kernels: bit-identical reruns, somewhat slower")
@@ -181,6 +187,8 @@ class TrainConfig:
             raise ConfigError(f"--dip-margin must be a fraction in (0, 1), got {self.dip_margin}")
         if not 0 <= self.warmup < 1:
             raise ConfigError(f"--warmup must be a fraction in [0, 1), got {self.warmup}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(f"--lr-schedule {self.lr_schedule!r}: use one of {', '.join(LR_SCHEDULES)}")
         if self.augment not in AUGMENTATIONS:
             raise ConfigError(f"--augment {self.augment!r}: use one of {', '.join(AUGMENTATIONS)}")
         if self.precision not in PRECISIONS:

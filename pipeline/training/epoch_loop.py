@@ -33,10 +33,10 @@ from pipeline.training.loop import (
     EpochStats,
     LossTerms,
     StepRecipe,
-    cosine_lr,
     evaluate_split,
     train_one_epoch,
 )
+from pipeline.training.lr_schedule import LR_SCHEDULES
 from pipeline.training.metrics import tier_accuracies
 from pipeline.training.pace import CheckpointPace
 from pipeline.training.probes import EpochProbe
@@ -45,13 +45,13 @@ from pipeline.training.training_plan import TrainingPlan
 
 
 def learning_rate(cfg: TrainConfig, trace: ArchitectureTrace, progress: float) -> float:
-    """The cosine schedule's rate at ``progress``; with ``--growth-rewarm w``, the rate after
+    """The schedule's rate (``--lr-schedule``) at ``progress``; with ``--growth-rewarm w``, the rate after
     each growth event climbs linearly from near zero back to the schedule's over a fraction
     ``w`` of training, so the new layers' first steps do not take the full rate. It climbs from
     the progress the growth happened at (recorded with the event: a seconds run's plan and
     clock can place it elsewhere than its epoch over ``cfg.epochs``, which events recorded
     before that was kept fall back to)."""
-    lr = cosine_lr(cfg.lr, progress, cfg.warmup)
+    lr = LR_SCHEDULES[cfg.lr_schedule](cfg.lr, progress, cfg.warmup)
     if cfg.growth_rewarm > 0:
         for grown_at in {event.get("progress", event["epoch"] / cfg.epochs) for event in trace.events}:
             if grown_at <= progress < grown_at + cfg.growth_rewarm:

@@ -36,18 +36,6 @@ class DivergenceError(UserError, RuntimeError):
         super().__init__(f"loss became {value} at epoch {epoch}, global step {step}; lower --lr")
 
 
-def cosine_lr(base_lr: float, progress: float, warmup: float) -> float:
-    """Learning rate at ``progress`` in [0, 1] of training: linear warm-up, then cosine to zero.
-
-    A function of progress, not of an optimizer's step counter, so parameter groups added by
-    growth and runs resumed from a checkpoint get the same rate as everything else.
-    """
-    if warmup > 0 and progress < warmup:
-        return base_lr * (progress + 1e-3) / warmup
-    span = max(1e-12, 1.0 - warmup)
-    return base_lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, (progress - warmup) / span)))
-
-
 @dataclass
 class EpochStats:
     loss: float
