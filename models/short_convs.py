@@ -13,9 +13,11 @@ stem, fitted to the images, keeps its 24 channels). Layer ids say where a layer 
 which register these.
 
 airbench pools between its first convolution and that convolution's batchnorm; ``convbn``
-pools after its activation. The two differ: the batchnorm's statistics here come from four
-times as many positions, and GELU is not monotone (it dips below 0 left of about -0.75), so the
-largest of four activations is not always the activation of the largest input.
+and a ``pool`` layer pool after the activation. The two differ: the batchnorm's statistics here
+come from four times as many positions, and GELU is not monotone (it dips below 0 left of about
+-0.75), so the largest of four activations is not always the activation of the largest input.
+``short-convs-poolbn`` and its narrow start pool as airbench does (each group's first
+convolution a ``convpoolbn``), so the two orders can be compared.
 """
 
 from __future__ import annotations
@@ -28,22 +30,27 @@ def _ids(group: int) -> tuple[str, str, str]:
     return f"g{group}a", f"g{group}pool", f"g{group}b"
 
 
-def layers(widths: tuple[int, ...] = WIDTHS) -> list[dict]:
-    """The stem, each group's two convolutions around its pool, gap and the scale."""
+def layers(widths: tuple[int, ...] = WIDTHS, pool_first: bool = False) -> list[dict]:
+    """The stem, each group's two convolutions around its pool, gap and the scale; with
+    ``pool_first`` each group's first convolution pools before its batchnorm, as airbench's
+    does (a ``convpoolbn``, no pool layer of its own)."""
     out: list[dict] = [{"id": "stem", "type": "whiten"}]
     for group, width in enumerate(widths, start=1):
         first, pool, second = _ids(group)
-        out += [
-            {"id": first, "type": "convbn", "out_channels": width, "activation": "gelu"},
-            {"id": pool, "type": "pool", "kind": "max", "size": 2},
-            {"id": second, "type": "convbn", "out_channels": width, "activation": "gelu"},
-        ]
+        if pool_first:
+            out.append({"id": first, "type": "convpoolbn", "out_channels": width, "activation": "gelu"})
+        else:
+            out += [
+                {"id": first, "type": "convbn", "out_channels": width, "activation": "gelu"},
+                {"id": pool, "type": "pool", "kind": "max", "size": 2},
+            ]
+        out.append({"id": second, "type": "convbn", "out_channels": width, "activation": "gelu"})
     return [*out, {"id": "gap", "type": "gap"}, {"id": "scale", "type": "scale", "factor": LOGIT_SCALE}]
 
 
-def narrow_layers() -> list[dict]:
+def narrow_layers(pool_first: bool = False) -> list[dict]:
     """The baseline at half its groups' widths."""
-    return layers(tuple(width // 2 for width in WIDTHS))
+    return layers(tuple(width // 2 for width in WIDTHS), pool_first)
 
 
 def widening_steps() -> list[tuple[str, int]]:

@@ -388,6 +388,9 @@ NAMED_SPECS = {
     # blocks, and its start at half the groups' widths
     "short-convs": short_convs.layers,
     "short-convs-narrow": short_convs.narrow_layers,
+    # the same, each group's first convolution pooling before its batchnorm (airbench's order)
+    "short-convs-poolbn": lambda: short_convs.layers(pool_first=True),
+    "short-convs-poolbn-narrow": lambda: short_convs.narrow_layers(pool_first=True),
 }
 
 

@@ -9,6 +9,8 @@ import torch
 from models.builder import build_model
 from models.flops import flops_per_example
 from models.growth import grow
+from models.layers import LAYERS, SpecError
+from models.layers.convbn import dirac_init
 from models.schedule import parse_schedule, validate_schedule
 from models.spec import infer_shapes, resolve_spec, spec_size
 from pipeline.study.recipes import recipe
@@ -79,3 +81,52 @@ def test_the_airbench_recipe_is_a_valid_configuration_of_every_arm():
     both = recipe("airbench").both
     assert both["batch_size"] == 1024 and both["bn_bias_lr_scale"] == 64.0 and both["lookahead"] == 5
     TrainConfig(**both).validate()
+
+
+def test_a_convpoolbn_pools_between_its_convolution_and_its_batchnorm():
+    torch.manual_seed(0)
+    layer = {
+        "id": "g1a",
+        "type": "convpoolbn",
+        "out_channels": 8,
+        "kernel_size": 3,
+        "activation": "gelu",
+        "pool": 2,
+    }
+    kind = LAYERS["convpoolbn"]
+    module = kind.build(layer, (4, 9, 9))
+    assert kind.output_shape(layer, (4, 9, 9)) == (8, 4, 4)
+    assert kind.params(layer, (4, 9, 9)) == sum(p.numel() for p in module.parameters())
+    x = torch.randn(16, 4, 9, 9)  # (B, C, H, W)
+    module.train()
+    airbench = torch.nn.functional.gelu(module.bn(torch.nn.functional.max_pool2d(module.conv(x), 2)))
+    torch.testing.assert_close(module(x), airbench)
+    assert not kind.identity(module, layer, (4, 9, 9), True)  # the pool changes the map
+    with pytest.raises(SpecError, match="pool of 4 would shrink the 3x3 map below 1x1"):
+        kind.output_shape({**layer, "pool": 4}, (4, 3, 3))
+    assert dirac_init(module) == 1  # airbench's identity start reaches it, as a convbn
+    assert torch.equal(module.conv.weight[:4, :, 1, 1], torch.eye(4))
+
+
+def test_the_pool_first_baseline_pools_as_airbench_and_widens_from_its_narrow_start():
+    final = resolve_spec("short-convs-poolbn", *CIFAR)
+    assert [layer["id"] for layer in final.layers] == [
+        "stem", "g1a", "g1b", "g2a", "g2b", "g3a", "g3b", "gap", "scale",
+    ]  # fmt: skip
+    assert [layer["type"] for layer in final.layers[1:7]] == ["convpoolbn", "convbn"] * 3
+    # the same maps, parameters and convolution FLOPs (what the budgets count) as short-convs;
+    # only its first convolutions' batchnorms and activations see a quarter of the positions
+    assert infer_shapes(final)[-1] == infer_shapes(resolve_spec("short-convs", *CIFAR))[-1]
+    assert spec_size(final).params == spec_size(resolve_spec("short-convs", *CIFAR)).params
+    assert _flops("short-convs-poolbn") == _flops("short-convs")
+    start = resolve_spec("short-convs-poolbn-narrow", *CIFAR)
+    assert validate_schedule(start, parse_schedule("short-convs-widen", 12), 12).layers == final.layers
+    torch.manual_seed(0)
+    model = build_model(start)
+    for event in parse_schedule("short-convs-widen", 12):
+        model, info = grow(model, event, init="random")
+        assert info["kind"] == "widen"
+    static = build_model(final)
+    assert [(n, p.shape) for n, p in model.named_parameters()] == [
+        (n, p.shape) for n, p in static.named_parameters()
+    ]

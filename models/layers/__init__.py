@@ -17,6 +17,7 @@ from models.layers.base import LayerType, Search, SpecError
 from models.layers.batchnorm import BATCHNORM
 from models.layers.conv import CONV
 from models.layers.convbn import CONVBN
+from models.layers.convpoolbn import CONVPOOLBN
 from models.layers.dropout import DROPOUT
 from models.layers.fc import FC, LinearLayer, widen_linear
 from models.layers.gap import GAP
@@ -41,7 +42,21 @@ __all__ = [
 # The order is the one error messages and tune's default --layer-types list them in.
 LAYERS: dict[str, LayerType] = {
     t.name: t
-    for t in (CONV, POOL, DROPOUT, FC, BATCHNORM, RESIDUAL, SEPCONV, CONVBN, RESBLOCK, GAP, WHITEN, SCALE)
+    for t in (
+        CONV,
+        POOL,
+        DROPOUT,
+        FC,
+        BATCHNORM,
+        RESIDUAL,
+        SEPCONV,
+        CONVBN,
+        RESBLOCK,
+        GAP,
+        WHITEN,
+        SCALE,
+        CONVPOOLBN,
+    )
 }
 LAYER_TYPES = tuple(LAYERS)
 GROWABLE_TYPES = tuple(name for name, kind in LAYERS.items() if kind.growable)

@@ -40,10 +40,10 @@ class ConvBnLayer(nn.Module):
 
 @torch.no_grad()
 def dirac_init(model: nn.Module) -> int:
-    """airbench's identity start: in every convbn of ``model``, the first filters (as many as
-    the convolution has input channels, or all it has) copy one input channel each at the
-    centre tap, so the network starts close to a stack of identities whose other filters learn
-    the rest. Returns how many layers it set."""
+    """airbench's identity start: in every convbn of ``model`` (a convpoolbn is one, pooled),
+    the first filters (as many as the convolution has input channels, or all it has) copy one
+    input channel each at the centre tap, so the network starts close to a stack of identities
+    whose other filters learn the rest. Returns how many layers it set."""
     layers = [module for module in model.modules() if isinstance(module, ConvBnLayer)]
     for layer in layers:
         weight = layer.conv.weight  # (out, in, k, k)
@@ -51,7 +51,7 @@ def dirac_init(model: nn.Module) -> int:
     return len(layers)
 
 
-def _shape(layer: dict, in_shape: Shape) -> Shape:
+def convbn_shape(layer: dict, in_shape: Shape) -> Shape:
     activation = layer["activation"]
     if not isinstance(activation, str) or activation not in ACTIVATIONS:
         known = ", ".join(ACTIVATIONS)
@@ -59,7 +59,7 @@ def _shape(layer: dict, in_shape: Shape) -> Shape:
     return conv_shape(layer, in_shape)
 
 
-def _params(layer: dict, in_shape) -> int:
+def convbn_params(layer: dict, in_shape) -> int:
     k = layer["kernel_size"]
     return in_shape[0] * layer["out_channels"] * k * k + 2 * layer["out_channels"]
 
@@ -99,7 +99,7 @@ def _calibrate(module: nn.Module, x: torch.Tensor) -> None:
 
 
 @torch.no_grad()
-def _widen(old: nn.Module, new: nn.Module, old_in, new_in) -> bool:
+def widen_convbn(old: nn.Module, new: nn.Module, old_in, new_in) -> bool:
     if not widen_input(old.conv, new.conv, old_in, new_in):
         return False
     copy_batchnorm(old.bn, new.bn, old.bn.num_features)  # the outputs are the same channels
@@ -109,15 +109,15 @@ def _widen(old: nn.Module, new: nn.Module, old_in, new_in) -> bool:
 CONVBN = LayerType(
     name="convbn",
     fields={"out_channels": None, "kernel_size": 3, "activation": "relu"},
-    output_shape=_shape,
+    output_shape=convbn_shape,
     build=lambda layer, s: ConvBnLayer(
         s[0], layer["out_channels"], layer["kernel_size"], layer["activation"]
     ),
-    params=_params,
+    params=convbn_params,
     activations=3,  # the conv, the batchnorm and the activation's outputs
     reads=reads_channels,
     identity=_identity,
-    widen=_widen,
+    widen=widen_convbn,
     id_prefix="conv",
     feature_map=True,
     nonneg=lambda layer: layer["activation"] == "relu",  # GELU dips below 0
