@@ -53,16 +53,27 @@ def test_fewer_studies_than_preregistered_seeds_make_a_report_that_says_it_is_pa
     assert "partial: 4 of the 5 preregistered seeds (not yet: 952)" in done.stdout
     text = (out / "report.md").read_text()
     assert "**Partial**: 4 of the 5 preregistered seeds (not yet: 952): a partial view" in text
+    assert text.startswith("# Study") and text.splitlines()[0].endswith(": exploratory")  # not the verdict
     assert "| dynamic@seconds vs static@epochs | 4 |" in text
 
 
-def test_a_join_replaces_the_report_before_it_whole(tmp_path):
+def test_a_join_replaces_an_earlier_joins_report_whole_and_nothing_else(tmp_path):
     out = tmp_path / "joined"
-    out.mkdir()
-    (out / "stale.txt").write_text("from another join")
     join.join(PAIRS[2:], out)
-    assert not (out / "stale.txt").exists() and (out / "report.md").is_file()
-    assert not (tmp_path / "joined.writing").exists()
+    (out / "stale.txt").write_text("from the earlier join")
+    join.join(PAIRS, out)
+    assert not (out / "stale.txt").exists() and len(pd.read_csv(out / "cells.csv")) == 10
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["joined"]  # no staging or old copy left
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("not a report")
+    for out, says in [
+        (mine, "exists and is not an earlier join's report"),
+        (RESNET, "holds the study folder"),
+    ]:
+        done = run_join(PAIRS[2], "--out", out)
+        assert done.returncode == 2 and says in done.stderr, done.stderr
+    assert (mine / "notes.txt").read_text() == "not a report"
 
 
 def _edited(tmp_path: Path, source: Path, name: str, edit) -> Path:
@@ -74,12 +85,26 @@ def _edited(tmp_path: Path, source: Path, name: str, edit) -> Path:
     return folder
 
 
+def _emptied(tmp_path: Path) -> Path:
+    folder = tmp_path / "emptied"
+    shutil.copytree(PAIRS[2], folder)
+    (folder / "cells.csv").write_text("")
+    return folder
+
+
 def _another_epochs(prereg: dict) -> None:
     prereg["grid"]["epochs"] = "12"
 
 
 def _no_seed_952(prereg: dict) -> None:
     prereg["seeds"] = [953]
+
+
+def _tta(value: str):
+    def edit(prereg: dict) -> None:
+        prereg["grid"]["tta"] = value
+
+    return edit
 
 
 @pytest.mark.parametrize(
@@ -95,10 +120,34 @@ def _no_seed_952(prereg: dict) -> None:
             lambda t: [_edited(t, PAIRS[2], "stray", _no_seed_952)],
             "has seeds [952] its preregistration does not name",
         ),
+        (
+            # recorded by an earlier step, which trained without test-time views: not 'flip'
+            lambda t: [PAIRS[0], _edited(t, PAIRS[2], "flip", _tta("flip"))],
+            "short-seconds-948-949 did not record",
+        ),
+        (
+            lambda t: [
+                PAIRS[0],
+                _edited(t, PAIRS[1], "none", _tta("none")),
+                _edited(t, PAIRS[2], "f", _tta("flip")),
+            ],
+            "trained with tta 'flip'",
+        ),
         (lambda t: [RESNET], "has no cells.csv"),
+        (lambda t: [_emptied(t)], "cells.csv is not a study's table of cells"),
         (lambda t: [], "name at least one study folder"),
     ],
-    ids=["a-seed-twice", "other-comparisons", "other-grid", "stray-seed", "not-a-study", "none"],
+    ids=[
+        "a-seed-twice",
+        "other-comparisons",
+        "other-grid",
+        "stray-seed",
+        "not-the-default",
+        "three-ways",
+        "not-a-study",
+        "empty-cells",
+        "none",
+    ],
 )
 def test_studies_that_are_not_one_comparison_are_refused_in_one_line(tmp_path, folders, says):
     done = run_join(*folders(tmp_path), "--out", tmp_path / "joined")

@@ -45,7 +45,9 @@ CONVPOOLBN = LayerType(
         s[0], layer["out_channels"], layer["kernel_size"], layer["activation"], layer["pool"]
     ),
     params=convbn_params,
-    activations=4,  # the conv, the pool, the batchnorm and the activation's outputs
+    # per pooled output element: the convolution's output (pool^2 = 4 of them at pool 2), the
+    # pool's, the batchnorm's and the activation's
+    activations=7,
     reads=reads_channels,
     identity=lambda module, layer, s, nonneg_in: False,  # the pool changes the map
     widen=widen_convbn,

@@ -49,7 +49,7 @@ from pipeline.difficulty.scores_table import find_scores_run, parse_ref
 from pipeline.run.length import static_training_flops
 from pipeline.study import queue, report, results
 from pipeline.study.cell import PHASE_TAG, STUDY_TAG, StudyRuns, static_description, train_cell
-from pipeline.study.config import ENTRY_POINT, GridConfig, StudyConfig
+from pipeline.study.config import ENTRY_POINT, GridConfig, StudyConfig, added_since, differs
 from pipeline.study.grid import cells, comparisons
 from pipeline.study.protocol import CORRECTION, METRIC, Preregistration, check_confirm_seeds
 from pipeline.study.recipes import recipe
@@ -72,14 +72,6 @@ def definition(
 ) -> dict:
     """What trains: every worker of a study must have the same."""
     return {**flat_params(data_cfg, train_cfg, grid_cfg), "phase": study_cfg.phase}
-
-
-def added_since(mine: dict, theirs: dict) -> set[str]:
-    """The options of ``mine`` that ``theirs``, a definition recorded by an earlier version of
-    the study step, lacks while ``mine`` has them at their default: options added since, whose
-    default keeps what trained before, so a study created then can be finished now."""
-    defaults = flat_params(*(cls() for cls in CONFIGS[:3]))
-    return {k for k in mine if k not in theirs and k in defaults and mine[k] == defaults[k]}
 
 
 def final_network(grid_cfg: GridConfig, epochs: int, data):
@@ -244,10 +236,8 @@ def open_checked(url: str, configs: tuple) -> optuna.Study:
             f"{study_cfg.study_name!r} in {redact(url)} is a tune study, not a study's grid: choose "
             "another --study-name"
         )
-    if theirs is not None:
-        mine = {k: v for k, v in mine.items() if k not in added_since(mine, theirs)}
-    if theirs is not None and theirs != mine:
-        changed = sorted(k for k in mine if mine[k] != theirs.get(k))
+    changed = differs(mine, theirs) if theirs is not None else []
+    if changed:
         raise ConfigError(
             f"study {study_cfg.study_name!r} in {redact(url)} was created with other options "
             f"({', '.join('--' + k.replace('_', '-') for k in changed)}): pass its options or "
@@ -389,10 +379,12 @@ def _join(url: str, configs: tuple, deadline: float | None) -> None:
                 f"{study_cfg.wait_s}: start `python -m pipeline.study` without --worker first"
             )
         time.sleep(2)
-    if study.user_attrs[DEFINITION_ATTR] != definition(*configs):
+    changed = differs(definition(*configs), study.user_attrs[DEFINITION_ATTR])
+    if changed:
         raise ConfigError(
-            f"this worker's options differ from study {study_cfg.study_name!r}'s: pass the options "
-            "it was created with"
+            f"this worker's options differ from study {study_cfg.study_name!r}'s "
+            f"({', '.join('--' + k.replace('_', '-') for k in changed)}): pass the options it was "
+            "created with"
         )
     check_parent(study)
     # The cells go where the study's parent run is, whatever experiment this worker was told.

@@ -1,6 +1,7 @@
 """study's options: the grid's (``GridConfig``) and the study's (``StudyConfig``), beside the
-data and training options (the recipe every arm shares). Imports none of the study's modules
-but the grid, the protocol and the recipes."""
+data and training options (the recipe every arm shares), and how a study recorded by an earlier
+version of the step is read. Imports none of the study's modules but the grid, the protocol and
+the recipes."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import math
 from dataclasses import dataclass
 
 from pipeline.cli import ConfigError, opt
+from pipeline.codec import flat_params
+from pipeline.data.config import DataConfig
 from pipeline.study.grid import ARMS, parse_arms, parse_budget, parse_seeds
 from pipeline.study.protocol import PHASES
 from pipeline.study.recipes import RECIPES, recipe
+from pipeline.training.config import TrainConfig
 
 ENTRY_POINT = "study"
 
@@ -101,3 +105,19 @@ class StudyConfig:
         """The ``time.monotonic()`` after which no new cell is taken, for a command that started
         at ``started``; None without a limit."""
         return started + self.stop_after_hours * 3600 if self.stop_after_hours else None
+
+
+def added_since(mine: dict, theirs: dict) -> set[str]:
+    """The options of ``mine`` (what trains, as ``flat_params`` spells it) that ``theirs``, a
+    study's record written by an earlier version of the step, lacks while ``mine`` has them at
+    their default: options added since, whose default keeps what trained before, so a study
+    recorded then is the same study now."""
+    defaults = flat_params(DataConfig(), TrainConfig(), GridConfig())
+    return {k for k in mine if k not in theirs and k in defaults and mine[k] == defaults[k]}
+
+
+def differs(mine: dict, theirs: dict) -> list[str]:
+    """The options in which ``mine`` and a study's record ``theirs`` differ, sorted (empty: the
+    same), an option added since counting as the same at its default (``added_since``)."""
+    added = added_since(mine, theirs)
+    return sorted(k for k in set(mine) | set(theirs) if k not in added and mine.get(k) != theirs.get(k))

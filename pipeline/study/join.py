@@ -27,6 +27,7 @@ import pandas as pd
 
 from pipeline.cli import ConfigError
 from pipeline.study import report
+from pipeline.study.config import added_since
 from pipeline.study.grid import comparisons, control_comparisons, parse_arms, parse_budget, parse_seeds
 from pipeline.tracking.errors import one_line, user_errors
 
@@ -35,6 +36,8 @@ FILES = ("cells.csv", "preregistration.json", "study.json")
 PER_STUDY = ("seeds",)
 PREREG_KEYS = ("study", "comparisons", "seeds", "metric", "correction", "alpha", "grid")
 DOC_KEYS = ("phase", "label", "epochs", "static_spec")
+# what the report reads of every cell (pipeline/study/report.py); older studies lack run_s
+CELL_COLUMNS = ("cell", "arm", "budget", "seed", "acc", "trained_s", "flops", "epochs", "health")
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,16 @@ class StudyFolder:
             ) from None
         if needed:
             raise ConfigError(f"{path}: its preregistration.json or study.json lacks {', '.join(needed)}")
-        return StudyFolder(path, pd.read_csv(path / "cells.csv"), prereg, doc)
+        if not isinstance(prereg["grid"], dict) or not {"arms", "budgets"} <= prereg["grid"].keys():
+            raise ConfigError(f"{path}: its preregistration.json's grid names no arms and budgets")
+        try:
+            rows = pd.read_csv(path / "cells.csv")
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+            raise ConfigError(f"{path}/cells.csv is not a study's table of cells: {err}") from None
+        lacking = [c for c in CELL_COLUMNS if c not in rows.columns]
+        if lacking:
+            raise ConfigError(f"{path}/cells.csv lacks the columns {', '.join(lacking)}")
+        return StudyFolder(path, rows, prereg, doc)
 
 
 def check_joinable(studies: list[StudyFolder]) -> dict[str, dict[str, str]]:
@@ -82,12 +94,6 @@ def check_joinable(studies: list[StudyFolder]) -> dict[str, dict[str, str]]:
                     f"{other.path} preregistered {key} {other.prereg[key]!r}, {first.path} "
                     f"{first.prereg[key]!r}: only studies of one comparison can be joined"
                 )
-        for key in sorted(set(first.prereg["grid"]) & set(other.prereg["grid"]) - set(PER_STUDY)):
-            if other.prereg["grid"][key] != first.prereg["grid"][key]:
-                raise ConfigError(
-                    f"{other.path} trained with {key} {other.prereg['grid'][key]!r}, {first.path} with "
-                    f"{first.prereg['grid'][key]!r}: only studies of one grid can be joined"
-                )
     owner: dict[int, Path] = {}
     for study in studies:
         for seed in study.seeds:
@@ -100,12 +106,35 @@ def check_joinable(studies: list[StudyFolder]) -> dict[str, dict[str, str]]:
         stray = sorted(set(study.rows["seed"]) - set(study.seeds))
         if stray:
             raise ConfigError(f"{study.path}/cells.csv has seeds {stray} its preregistration does not name")
-    keys = set().union(*(s.prereg["grid"] for s in studies))
-    return {
-        key: {s.prereg["study"]: s.prereg["grid"].get(key, "not recorded") for s in studies}
-        for key in sorted(keys)
-        if any(key not in s.prereg["grid"] for s in studies)
-    }
+    return check_grids(studies)
+
+
+def check_grids(studies: list[StudyFolder]) -> dict[str, dict[str, str]]:
+    """Refuse studies whose grids differ, their seeds apart, in any option two of them recorded,
+    or in one that only some recorded while it is not at the default that the others (recorded
+    by an earlier version of the step) trained with; return those recorded by only some:
+    option -> {study: value}."""
+    keys = sorted(set().union(*(s.prereg["grid"] for s in studies)) - set(PER_STUDY))
+    only_some = {}
+    for key in keys:
+        recorded = {s.path: s.prereg["grid"][key] for s in studies if key in s.prereg["grid"]}
+        (path, value), *others = recorded.items()
+        for other, theirs in others:
+            if theirs != value:
+                raise ConfigError(
+                    f"{other} trained with {key} {theirs!r}, {path} with {value!r}: only studies of one "
+                    "grid can be joined"
+                )
+        if len(recorded) < len(studies):
+            if key not in added_since({key: value}, {}):
+                lacking = next(s.path for s in studies if key not in s.prereg["grid"])
+                raise ConfigError(
+                    f"{path} trained with {key} {value!r}, which {lacking} did not record (an earlier "
+                    "version of the study step, which trained with the option's default): only studies "
+                    "of one grid can be joined"
+                )
+            only_some[key] = {s.prereg["study"]: s.prereg["grid"].get(key, "not recorded") for s in studies}
+    return only_some
 
 
 def joined_doc(studies: list[StudyFolder], preregistered: tuple[int, ...]) -> dict:
@@ -127,6 +156,9 @@ def joined_doc(studies: list[StudyFolder], preregistered: tuple[int, ...]) -> di
         "studies": [
             {"study": s.prereg["study"], "seeds": list(s.seeds), "label": s.doc["label"]} for s in studies
         ],
+        "scored_by": {
+            s.prereg["study"]: (s.doc.get("scoring") or {}).get("run", "not recorded") for s in studies
+        },
         "cells_finished": sum(len(s.rows) for s in studies),
         "cells_missing": [c for s in studies for c in s.doc.get("cells_missing", [])],
     }
@@ -142,6 +174,9 @@ def joined_doc(studies: list[StudyFolder], preregistered: tuple[int, ...]) -> di
                 f"{','.join(str(s) for s in missing)}): a partial view, not the preregistered verdict"
             )
             doc["title"] += f" (partial: {len(seeds)} of {len(preregistered)} preregistered seeds)"
+            doc["label"] = "exploratory"  # what the preregistration reads is all of them together
+    else:
+        doc["preregistered_seeds"] = "not given (--seeds): the studies' own seeds are taken as all of them"
     return doc
 
 
@@ -177,13 +212,41 @@ def join(folders: list[Path], out: Path, preregistered: tuple[int, ...] = ()) ->
         )
     rows = pd.concat([s.rows for s in studies], ignore_index=True)
     seeds = tuple(sorted(preregistered or (s for study in studies for s in study.seeds)))
-    staging = out.with_name(out.name + ".writing")
+    out = check_out(out, studies)
+    staging, old = out.with_name(out.name + ".writing"), out.with_name(out.name + ".old")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    table = report.write(staging, rows, family, controls, doc, seeds)
-    shutil.rmtree(out, ignore_errors=True)
-    staging.rename(out)
+    try:
+        table = report.write(staging, rows, family, controls, doc, seeds)
+        if out.exists():  # an earlier join's report, replaced whole
+            out.rename(old)
+        staging.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return table, doc
+
+
+def _is_join(summary: Path) -> bool:
+    try:
+        doc = json.loads(summary.read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return isinstance(doc, dict) and "studies" in doc
+
+
+def check_out(out: Path, studies: list[StudyFolder]) -> Path:
+    """``--out``, resolved: a new folder, or an earlier join's report (its study.json names the
+    studies it joined), never a study's own folder or one that holds a study."""
+    out = out.resolve()
+    if out == out.parent:
+        raise ConfigError(f"--out {out}: name a folder for the joined report, not the root")
+    for study in studies:
+        if out == study.path.resolve() or out in study.path.resolve().parents:
+            raise ConfigError(f"--out {out} holds the study folder {study.path}: write the join elsewhere")
+    if out.exists() and not _is_join(out / "study.json"):
+        raise ConfigError(f"--out {out} exists and is not an earlier join's report: name a new folder")
+    return out
 
 
 @click.command(name="join", help=__doc__.split("\n\n")[0])

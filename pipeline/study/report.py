@@ -285,8 +285,13 @@ def markdown(
             for s in summary_doc["studies"]
         )
         lines.append(f"Joined from {len(summary_doc['studies'])} studies of one grid: {joined}.")
+    if summary_doc.get("preregistered_seeds"):
+        lines.append(f"Seeds preregistered for the joined comparison: {summary_doc['preregistered_seeds']}.")
     if summary_doc.get("partial"):
         lines.append(f"**Partial**: {summary_doc['partial']}.")
+    if summary_doc.get("scored_by"):
+        said = ", ".join(f"{study}: run {run}" for study, run in summary_doc["scored_by"].items())
+        lines.append(f"Difficulty scored, each study for itself: {said}.")
     for key, values in summary_doc.get("recorded_by_some", {}).items():
         said = ", ".join(f"{study}: {value}" for study, value in values.items())
         lines.append(f"Option {key} recorded by only some of the studies ({said}).")

@@ -117,13 +117,13 @@ def log_report(
     with scratch_dir() as tmp:
         folder = tmp / "study"
         folder.mkdir()
-        lines = report.write(folder, table_rows, family, controls, doc, seeds)
+        table = report.write(folder, table_rows, family, controls, doc, seeds)
         client.log_artifacts(runs.parent_run_id, str(folder), "study")
     now = int(time.time() * 1000)
     metrics = [Metric("study/cells_finished", len(done), now, 0)]
-    for c, line in zip([*family, *controls], lines.to_dict("records")):
+    for c, line in zip([*family, *controls], table.to_dict("records")):
         metrics += [Metric(f"compare/{c.key}/diff_points", line["diff_points"], now, 0)]
         metrics += [Metric(f"compare/{c.key}/p_holm", line["p_holm"], now, 0)]
     client.log_batch(runs.parent_run_id, metrics=[m for m in metrics if pd.notna(m.value)])
     client.set_tag(runs.parent_run_id, "study_label", doc["label"])
-    return lines
+    return table

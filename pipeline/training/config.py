@@ -25,7 +25,7 @@ CONV_INITS = ("default", "dirac")
 class TrainConfig:
     epochs: int = opt(12, "training epochs")
     batch_size: int = opt(128, "training batch size")
-    # SGD with Nesterov momentum and a cosine schedule: on these small CNNs it matches Adam's
+    # SGD with Nesterov momentum and (by default) a cosine schedule: on these small CNNs it matches Adam's
     # accuracy with one fewer hyperparameter that interacts with growth (Adam's second moments).
     lr: float = opt(0.05, "peak learning rate of the schedule")
     momentum: float = opt(0.9, "SGD momentum (Nesterov)")
