@@ -146,7 +146,7 @@ def joined_doc(studies: list[StudyFolder], preregistered: tuple[int, ...]) -> di
     first = studies[0].doc
     doc = {
         "study": f"{' + '.join(names)} (joined)",
-        "title": f"{len(names)} studies joined",
+        "title": f"{len(names)} {'study' if len(names) == 1 else 'studies'} joined",
         "phase": first["phase"],
         "label": "confirmatory" if labels == {"confirmatory"} else "exploratory",
         "metric": studies[0].prereg["metric"],

@@ -284,7 +284,8 @@ def markdown(
             f"{s['study']} (seeds {','.join(map(str, s['seeds']))}, {s['label']})"
             for s in summary_doc["studies"]
         )
-        lines.append(f"Joined from {len(summary_doc['studies'])} studies of one grid: {joined}.")
+        n = len(summary_doc["studies"])
+        lines.append(f"Joined from {n} {'study' if n == 1 else 'studies'} of one grid: {joined}.")
     if summary_doc.get("preregistered_seeds"):
         lines.append(f"Seeds preregistered for the joined comparison: {summary_doc['preregistered_seeds']}.")
     if summary_doc.get("partial"):
