@@ -412,14 +412,4 @@ def main(**values) -> None:
             f"study {study_cfg.study_name!r} ({study_cfg.phase}): {METRIC[study_cfg.phase]} minus "
             "static's (or a control's), in points, paired by seed"
         )
-        columns = [
-            "comparison",
-            "n",
-            "diff_points",
-            "ci_low_points",
-            "ci_high_points",
-            "p_holm",
-            "label",
-            "verdict",
-        ]
-        click.echo(table[columns].to_string(index=False, float_format=lambda v: f"{v:+.2f}"))
+        click.echo(report.console_table(table))

@@ -267,17 +267,7 @@ def main(folders: tuple[Path, ...], out: Path, seeds: str) -> None:
     if doc.get("partial"):
         click.echo(f"partial: {doc['partial']}")
     if len(table):
-        columns = [
-            "comparison",
-            "n",
-            "diff_points",
-            "ci_low_points",
-            "ci_high_points",
-            "p_holm",
-            "label",
-            "verdict",
-        ]
-        click.echo(table[columns].to_string(index=False, float_format=lambda v: f"{v:+.2f}"))
+        click.echo(report.console_table(table))
 
 
 if __name__ == "__main__":

@@ -81,6 +81,21 @@ def compare(rows: pd.DataFrame, comparisons: list[Comparison], label: str) -> pd
     return table
 
 
+def console_table(table: pd.DataFrame) -> str:
+    """The comparison table as the study and the join print it: points, Holm's p, label, verdict."""
+    columns = [
+        "comparison",
+        "n",
+        "diff_points",
+        "ci_low_points",
+        "ci_high_points",
+        "p_holm",
+        "label",
+        "verdict",
+    ]
+    return table[columns].to_string(index=False, float_format=lambda v: f"{v:+.2f}")
+
+
 def outside_family(label: str) -> str:
     """The label of the lines against controls: a confirmation's are secondary (not in what it
     preregistered), a screen's as exploratory as the rest."""
