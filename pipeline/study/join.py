@@ -9,9 +9,10 @@ Each folder is what a study logs on its parent run (``study/``: ``cells.csv``,
 ``preregistration.json`` and ``study.json``; ``mlflow artifacts download -r <parent run> -a
 study`` brings it). The studies must have preregistered the same comparisons on the same metric
 and grid, seeds apart, and no seed may be in two of them. ``--seeds``, the seeds the joined
-comparison was preregistered on, makes a report on fewer of them say that it is a partial view.
-A grid option that only some studies recorded (one added to the study step between them) is
-named in the report, not refused.
+comparison was preregistered on, makes a report on fewer of them say that it is a partial view
+(and labels it exploratory). A grid option that only the newer studies recorded (one added to
+the study step between them) is accepted at the default the older ones trained with, and named
+in the report; at any other value the studies are refused.
 """
 
 from __future__ import annotations
