@@ -56,4 +56,7 @@ CONVPOOLBN = LayerType(
     nonneg=lambda layer: layer["activation"] == "relu",
     search=Search("out_channels", "channels", choices=(16, 32, 64, 128)),
     searched=False,
+    # part of a layout from its start (as airbench's groups are): growth widens it, never inserts
+    # one, since a pool inserted mid-run would halve the map every later layer was built for
+    growable=False,
 )
