@@ -69,7 +69,7 @@ def test_bad_input_is_one_line_and_a_failed_run(tracking):
     known = (
         "default, default-bn, minimal, minimal-bn, resnet, resnet-narrow, resnet-short, "
         "resnet-short-narrow, resnet-short-start, resnet-short-whiten, resnet-short-whiten-narrow, "
-        "resnet-start, short-convs, short-convs-narrow, tiny"
+        "resnet-start, short-convs, short-convs-narrow, short-convs-poolbn, short-convs-poolbn-narrow, tiny"
     )
     assert f"error: --spec 'nonexistent' is neither a known spec ({known})" in result.stderr
     assert "Traceback" not in result.stderr.split("error:")[0][-2000:]
