@@ -6,7 +6,6 @@ same command finishes."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import signal
@@ -23,6 +22,7 @@ from click.testing import CliRunner
 from pipeline import score_difficulty, study
 from pipeline.data.splits import REFUSE_TEST_ENV
 from pipeline.study import queue
+from pipeline.study.protocol import Preregistration
 from pipeline.tracking.errors import FAILURE_TAG
 from pipeline.tune.study import STUDY_PARENT
 from tests.conftest import subprocess_env
@@ -54,8 +54,7 @@ def _as_if_recorded_without(parent: str, trials: optuna.Study, option: str) -> N
     prereg = json.loads(mlflow.artifacts.load_text(f"runs:/{parent}/study/preregistration.json"))
     del prereg["grid"][option]
     client.log_text(parent, json.dumps(prereg, indent=2), "study/preregistration.json")
-    digest = hashlib.sha256(json.dumps(prereg, sort_keys=True).encode()).hexdigest()[:16]
-    client.set_tag(parent, study.command.PREREGISTRATION_TAG, digest)
+    client.set_tag(parent, study.command.PREREGISTRATION_TAG, Preregistration(**prereg).digest())
 
 
 def test_a_screen_trains_its_grid_as_child_runs_once(tracking, tmp_path, monkeypatch):

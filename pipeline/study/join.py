@@ -138,10 +138,14 @@ def check_grids(studies: list[StudyFolder]) -> dict[str, dict[str, str]]:
     return only_some
 
 
+def all_seeds(studies: list[StudyFolder]) -> tuple[int, ...]:
+    return tuple(sorted(s for study in studies for s in study.seeds))
+
+
 def joined_doc(studies: list[StudyFolder], preregistered: tuple[int, ...]) -> dict:
     """The joined report's summary: what ``report.write`` needs, the studies it reads, and
     whether it covers every preregistered seed."""
-    seeds = sorted(s for study in studies for s in study.seeds)
+    seeds = all_seeds(studies)
     names = [s.prereg["study"] for s in studies]
     labels = {s.doc["label"] for s in studies}
     first = studies[0].doc
@@ -166,7 +170,9 @@ def joined_doc(studies: list[StudyFolder], preregistered: tuple[int, ...]) -> di
     if preregistered:
         unknown = sorted(set(seeds) - set(preregistered))
         if unknown:
-            raise ConfigError(f"--seeds {format_seeds(preregistered)} lacks the studies' seeds {unknown}")
+            raise ConfigError(
+                f"--seeds {','.join(map(str, preregistered))} lacks the studies' seeds {unknown}"
+            )
         missing = [s for s in preregistered if s not in seeds]
         doc["preregistered_seeds"] = ",".join(str(s) for s in preregistered)
         if missing:
@@ -179,14 +185,6 @@ def joined_doc(studies: list[StudyFolder], preregistered: tuple[int, ...]) -> di
     else:
         doc["preregistered_seeds"] = "not given (--seeds): the studies' own seeds are taken as all of them"
     return doc
-
-
-def format_seeds(seeds: tuple[int, ...]) -> str:
-    return (
-        f"{seeds[0]}-{seeds[-1]}"
-        if list(seeds) == list(range(seeds[0], seeds[-1] + 1))
-        else ",".join(map(str, seeds))
-    )
 
 
 def join(folders: list[Path], out: Path, preregistered: tuple[int, ...] = ()) -> tuple[pd.DataFrame, dict]:
@@ -212,7 +210,7 @@ def join(folders: list[Path], out: Path, preregistered: tuple[int, ...] = ()) ->
             "version of the study step"
         )
     rows = pd.concat([s.rows for s in studies], ignore_index=True)
-    seeds = tuple(sorted(preregistered or (s for study in studies for s in study.seeds)))
+    seeds = preregistered or all_seeds(studies)
     out = check_out(out, studies)
     staging, old = out.with_name(out.name + ".writing"), out.with_name(out.name + ".old")
     shutil.rmtree(staging, ignore_errors=True)
