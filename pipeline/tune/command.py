@@ -100,6 +100,12 @@ def definition(
     return out
 
 
+def default_definition() -> dict:
+    """``definition`` at every option's default: what a study created before an option existed
+    trained with."""
+    return definition(DataConfig(), TrainConfig(), SpaceConfig(), StudyConfig())
+
+
 # --- one worker ----------------------------------------------------------------------------
 
 
@@ -256,7 +262,7 @@ def _work_on(url: str, configs: tuple, worker_index: int | None) -> optuna.Study
     data_cfg, train_cfg, _, study_cfg = configs
     signal.signal(signal.SIGTERM, raise_terminated)  # a stopped worker closes its trial's run
     study = wait_for_study(url, study_cfg, train_cfg.epochs, worker_index)
-    check_definition(study, definition(*configs))
+    check_definition(study, definition(*configs), default_definition())
     check_parent(study)
     if study_cfg.workers > 1:
         run_worker_processes(study_cfg.workers, configs, url)
@@ -295,7 +301,7 @@ def _open_study(
             study.set_user_attr(key, value)
         return study, space, scores_run_id, note
     # the study keeps the space and scores it was created with
-    check_definition(study, mine)
+    check_definition(study, mine, default_definition())
     check_data(study, data)
     space, scores_run_id = study_space(study), study.user_attrs.get(STUDY_SCORES, "")
     return study, space, scores_run_id, study.user_attrs.get(STUDY_PACING_NOTE, "")

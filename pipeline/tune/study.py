@@ -149,13 +149,22 @@ def make_pruner(cfg: StudyConfig, epochs: int) -> optuna.pruners.BasePruner:
     return optuna.pruners.NopPruner()
 
 
-def check_definition(study: optuna.Study, mine: dict) -> None:
+def check_definition(study: optuna.Study, mine: dict, defaults: dict) -> None:
+    """Refuse to work on ``study`` with other options than it was created with. An option the
+    study's record lacks was added to tune since; the study trained with its default
+    (``defaults``), so only that value is the same study."""
     theirs = study.user_attrs.get(STUDY_DEFINITION, {})
     for key, value in mine.items():
         if key in theirs and theirs[key] != value:
             raise ConfigError(
                 f"{option_name(key)} {value} differs from study {study.study_name!r}, which was created "
                 f"with {theirs[key]}: pass the study's options or choose another --study-name"
+            )
+        if theirs and key not in theirs and key in defaults and value != defaults[key]:
+            raise ConfigError(
+                f"{option_name(key)} {value}: study {study.study_name!r} was created before tune had "
+                f"{option_name(key)}, so its trials trained with the default {defaults[key]}: pass that "
+                "or choose another --study-name"
             )
 
 

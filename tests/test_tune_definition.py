@@ -1,0 +1,53 @@
+"""tune's definition check (pipeline/tune/study.py): a worker or a second command works on a
+study only with the options it was created with; an option added to tune after the study was
+created is the same study only at its default, the value the study's trials trained with."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from pipeline.cli import ConfigError
+from pipeline.data.config import DataConfig
+from pipeline.training.config import TrainConfig
+from pipeline.tune.command import default_definition, definition
+from pipeline.tune.config import SpaceConfig, StudyConfig
+from pipeline.tune.study import STUDY_DEFINITION, check_definition
+
+
+def created_with(tmp_path, record: dict) -> optuna.Study:
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="tune", storage=storage, direction="maximize")
+    study.set_user_attr(STUDY_DEFINITION, record)
+    return study
+
+
+def mine(**train) -> dict:
+    return definition(DataConfig(), TrainConfig(**train), SpaceConfig(), StudyConfig())
+
+
+@pytest.fixture
+def before_lr_schedule(tmp_path) -> optuna.Study:
+    """A study recorded by a tune that had no --lr-schedule yet."""
+    record = {k: v for k, v in default_definition().items() if k != "lr_schedule"}
+    return created_with(tmp_path, record)
+
+
+def test_an_option_added_since_is_the_same_study_at_its_default(before_lr_schedule):
+    assert TrainConfig().lr_schedule != "triangular"
+    check_definition(before_lr_schedule, mine(), default_definition())  # no error
+
+
+def test_an_option_added_since_at_another_value_is_refused_naming_it(before_lr_schedule):
+    with pytest.raises(ConfigError) as err:
+        check_definition(before_lr_schedule, mine(lr_schedule="triangular"), default_definition())
+    said = str(err.value)
+    assert "--lr-schedule triangular: study 'tune' was created before tune had --lr-schedule" in said
+    assert f"the default {TrainConfig().lr_schedule}" in said
+
+
+def test_an_option_the_study_recorded_must_match(tmp_path):
+    study = created_with(tmp_path, default_definition())
+    epochs = TrainConfig().epochs + 1
+    with pytest.raises(ConfigError, match=f"--epochs {epochs} differs from study 'tune'"):
+        check_definition(study, mine(epochs=epochs), default_definition())
