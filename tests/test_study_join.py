@@ -44,6 +44,29 @@ def test_the_three_sessions_studies_joined_give_the_five_pairs_verdict(tmp_path)
     # tta came into the study step between the sessions: named, not refused
     assert "Option tta recorded by only some of the studies" in text and "short-seconds-cpu-952: none" in text
     assert json.loads((written / "study.json").read_text())["seeds"] == "948,949,950,951,952"
+    # these studies' tables were written before cells recorded their code: said, not guessed
+    assert "Code the cells trained with: not recorded (10 cells)." in text
+
+
+def _with_code(tmp_path: Path, source: Path, version: str) -> Path:
+    folder = tmp_path / source.name
+    shutil.copytree(source, folder)
+    cells = pd.read_csv(folder / "cells.csv")
+    cells["code"] = version
+    cells.to_csv(folder / "cells.csv", index=False)
+    return folder
+
+
+def test_a_join_names_every_code_version_its_cells_trained_with(tmp_path):
+    # one study's version is digits alone (a short commit can be): read back as written, not as a number
+    folders = [_with_code(tmp_path, PAIRS[0], "0123456789ab"), _with_code(tmp_path, PAIRS[1], "000123456789")]
+    _, doc = join.join(folders, tmp_path / "joined")
+    assert doc["code_versions"] == {"0123456789ab": 4, "000123456789": 4}
+    text = (tmp_path / "joined" / "report.md").read_text()
+    assert "Code the cells trained with: 0123456789ab (4 cells), 000123456789 (4 cells): a change" in text
+    join.join(folders[:1], tmp_path / "alone")
+    alone = (tmp_path / "alone" / "report.md").read_text()
+    assert "Code the cells trained with: 0123456789ab (4 cells)." in alone
 
 
 def test_fewer_studies_than_preregistered_seeds_make_a_report_that_says_it_is_partial(tmp_path):

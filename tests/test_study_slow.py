@@ -24,6 +24,7 @@ from pipeline.data.splits import REFUSE_TEST_ENV
 from pipeline.study import queue
 from pipeline.study.protocol import Preregistration
 from pipeline.tracking.errors import FAILURE_TAG
+from pipeline.tracking.runs import code_version
 from pipeline.tune.study import STUDY_PARENT
 from tests.conftest import subprocess_env
 
@@ -147,6 +148,7 @@ def test_a_confirmation_refuses_screened_seeds_and_preregisters_before_training(
     n = r"-?[0-9]+\.[0-9]+"
     means = rf"\| static@epochs \| 2 \| {n} \({n} to {n}\) \| [0-9]+ \| {n} \({n}\) \| 3 \|"
     assert re.search(means, text), text
+    assert f"Code the cells trained with: {code_version()} (4 cells)." in text  # this checkout's
     again = runner.invoke(study.main, args)  # nothing to train, nothing to evaluate again
     assert again.exit_code == 0, again.output
     assert len([r for r in _children(parent) if r.data.tags.get("entry_point") == "evaluate"]) == len(cells)

@@ -39,6 +39,8 @@ PREREG_KEYS = ("study", "comparisons", "seeds", "metric", "correction", "alpha",
 DOC_KEYS = ("phase", "label", "epochs", "static_spec")
 # what the report reads of every cell (pipeline/study/report.py); older studies lack run_s
 CELL_COLUMNS = ("cell", "arm", "budget", "seed", "acc", "trained_s", "flops", "epochs", "health")
+# read as written: a code version or boot id of digits alone would otherwise come back a number
+TEXT_COLUMNS = {"code": str, "host": str, "boot": str}
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ class StudyFolder:
         if not isinstance(prereg["grid"], dict) or not {"arms", "budgets"} <= prereg["grid"].keys():
             raise ConfigError(f"{path}: its preregistration.json's grid names no arms and budgets")
         try:
-            rows = pd.read_csv(path / "cells.csv")
+            rows = pd.read_csv(path / "cells.csv", dtype=TEXT_COLUMNS)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
             raise ConfigError(f"{path}/cells.csv is not a study's table of cells: {err}") from None
         lacking = [c for c in CELL_COLUMNS if c not in rows.columns]

@@ -6,7 +6,7 @@ accuracy, and the cost-frontier figure. Pure: rows in, tables and files out; no 
 A row is one finished cell: ``cell, arm, budget, seed, run_id, acc`` (the phase's metric:
 validation or test accuracy), ``trained_s``, ``run_s`` (the whole run), ``flops``, ``epochs``,
 ``health``, ``dip``, ``acc_<tier>`` per difficulty tier and, where known, the ``host`` and
-``boot`` it trained on.
+``boot`` it trained on and the ``code`` version it trained with.
 """
 
 from __future__ import annotations
@@ -195,6 +195,7 @@ def write(
         health=health(rows),
         seconds_to_reach_static=seconds_to_reach(points),
         seconds_on_another_machine=seconds_on_another_machine(rows),
+        code_versions=code_versions(rows),
     )
     rows.to_csv(folder / "cells.csv", index=False)
     table.to_csv(folder / "comparisons.csv", index=False)
@@ -277,6 +278,16 @@ def seconds_on_another_machine(rows: pd.DataFrame) -> list[str]:
     return sorted(out)
 
 
+def code_versions(rows: pd.DataFrame) -> dict[str, int]:
+    """Cells per code version they trained with ("not recorded": a study's table written before
+    the column was). The study's definition checks the options, not the code: a change between
+    versions that alters training under the same options shows here, as two versions."""
+    if rows.empty:
+        return {}
+    code = rows["code"] if "code" in rows else pd.Series("", index=rows.index)
+    return {str(k): int(v) for k, v in code.fillna("").replace("", "not recorded").value_counts().items()}
+
+
 def markdown(
     summary_doc: dict,
     table: pd.DataFrame,
@@ -334,6 +345,16 @@ def markdown(
             f"or boot than the run whose seconds they were given ({', '.join(elsewhere)}): their "
             "seconds comparisons mix two machines' speeds."
         )
+    versions = summary_doc.get("code_versions", {})
+    if versions:
+        said = ", ".join(f"{v} ({n} cell{'s' if n != 1 else ''})" for v, n in versions.items())
+        caution = (
+            ": a change between them that alters training under the same options is not caught by "
+            "the study's definition check; read their diff"
+            if len(versions) > 1
+            else ""
+        )
+        lines.append(f"Code the cells trained with: {said}{caution}.")
     lines += ["", *_table_lines(table)]
     if controls is not None and len(controls):
         lines += [

@@ -19,13 +19,13 @@ from pipeline.study.grid import Cell, comparisons, control_comparisons
 from pipeline.study.protocol import METRIC, label
 from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.processes import BOOT_TAG, HOST_TAG
-from pipeline.tracking.runs import RUN_TAGS
+from pipeline.tracking.runs import CODE_TAG, RUN_TAGS
 
 # A finished cell's row; a study none of whose cells finished still has these columns (an empty
 # report, not an error).
 ROW_COLUMNS = [
     "cell", "arm", "budget", "seed", "run_id", "acc", "val_acc", "trained_s", "run_s", "flops",
-    "epochs", "health", "dip", "host", "boot", *(f"acc_{t}" for t in TIER_NAMES),
+    "epochs", "health", "dip", "host", "boot", "code", *(f"acc_{t}" for t in TIER_NAMES),
 ]  # fmt: skip
 
 
@@ -59,6 +59,7 @@ def rows(finished: dict[str, str], phase: str) -> pd.DataFrame:
                 "dip": m.get("growth/dip_worst", float("nan")),
                 "host": run.data.tags.get(HOST_TAG, ""),
                 "boot": run.data.tags.get(BOOT_TAG, ""),
+                "code": run.data.tags.get(CODE_TAG, ""),
                 **{f"acc_{t}": m.get(f"{prefix}/acc_{t}", float("nan")) for t in TIER_NAMES},
             }
         )
