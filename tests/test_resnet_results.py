@@ -138,9 +138,13 @@ def test_the_first_seed_of_growth_against_the_90_percent_baseline_is_what_the_re
         ("dynamic@seconds#958", "static@epochs#958"),
         ("dynamic@flops:1#958", "static@epochs#958"),
         ("dynamic@flops:0.5#958", "static@flops:0.5#958"),
+        ("dynamic-random@seconds#958", "static@epochs#958"),  # the control, trained a session later
     ]:
         shown = f"{100 * (acc[cell] - acc[against]):+.2f}".replace("-", "−")
         assert f"| {100 * acc[cell]:.2f}% | {shown}" in page.replace("**", ""), cell
+    ahead = 100 * (acc["dynamic-random@seconds#958"] - acc["dynamic@seconds#958"])
+    assert f"({ahead:+.2f} over the default order)" in page
+    assert len(rows) == 6 and set(rows["boot"]) == {"6f624658-5849-494c-94de-e11ccaeb849d"}  # one boot
     joined = (RESNET / "airbench-compare" / "report.md").read_text()
     assert "**Partial**: 1 of the 5 preregistered seeds (not yet: 959,960,961,962)" in joined
     assert joined.splitlines()[0].endswith(": exploratory")
