@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import mlflow
 import pandas as pd
 import pytest
 from hypothesis import given
@@ -12,8 +13,9 @@ from hypothesis import strategies as st
 
 from pipeline.cli import ConfigError
 from pipeline.report import stats
-from pipeline.study import grid, protocol, report
+from pipeline.study import command, grid, protocol, report, results
 from pipeline.study.grid import Budget, Cell
+from pipeline.tracking.runs import CODE_TAG
 
 
 def test_budgets_seeds_and_arms_parse_or_name_the_fix():
@@ -327,6 +329,42 @@ def test_a_seconds_cell_trained_on_another_machine_than_its_reference_is_named()
         "Seconds matched across machines: 2 cell(s) trained on another machine or boot than the run "
         "whose seconds they were given (dynamic@seconds#1, dynamic@seconds#4)"
     ) in report.markdown(doc, table)
+
+
+def test_the_report_names_the_code_each_cell_trained_with():
+    rows = _rows()
+    assert report.code_versions(rows) == {"not recorded": len(rows)}  # a table written before the column
+    rows["code"] = ["abc"] * (len(rows) - 1) + ["def"]
+    assert report.code_versions(rows) == {"abc": len(rows) - 1, "def": 1}
+    doc = {"study": "t", "phase": "screen", "label": "exploratory", "metric": "val/acc", "seeds": "1-3"}
+    doc |= {"epochs": 4, "static_spec": "default", "health": {}, "code_versions": report.code_versions(rows)}
+    text = report.markdown(doc, report.compare(rows, [], "exploratory"))
+    assert f"Code the cells trained with: abc ({len(rows) - 1} cells), def (1 cell): a change" in text
+    doc["code_versions"] = {"abc": 2}  # one version: no caution
+    assert "Code the cells trained with: abc (2 cells).\n" in report.markdown(
+        doc, report.compare(rows, [], "x")
+    )
+
+
+def test_a_reopened_study_says_when_its_finished_cells_trained_with_other_code(tracking, monkeypatch, capsys):
+    finished = {}
+    for key, version in [("static@epochs#1", "abc"), ("dynamic@epochs#1", "abc"), ("static@epochs#2", "")]:
+        with mlflow.start_run() as run:
+            if version:
+                mlflow.set_tag(CODE_TAG, version)
+        finished[key] = run.info.run_id
+    earlier = results.code_versions_of(finished)
+    assert earlier == {"abc": 2, "not recorded": 1}
+    monkeypatch.setattr(command, "code_version", lambda: "def")
+    command.say_code_changed("s", earlier)
+    said = capsys.readouterr().err
+    assert said.startswith(
+        "study 's': its finished cells trained with code abc (2), not recorded (1); this command trains "
+        "with def: if a change between them alters training, start another study"
+    )
+    for same in ({"def": 3}, {}):  # the same code, or nothing finished yet: nothing to say
+        command.say_code_changed("s", same)
+        assert capsys.readouterr().err == ""
 
 
 def test_the_figure_names_the_seeds_its_means_rest_on():

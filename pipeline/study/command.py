@@ -56,7 +56,7 @@ from pipeline.study.recipes import recipe
 from pipeline.tracking.artifacts import log_dataset
 from pipeline.tracking.errors import one_line, raise_terminated
 from pipeline.tracking.guard import GuardedCommand, main_guard
-from pipeline.tracking.runs import RUN_TAGS, tracked_run
+from pipeline.tracking.runs import RUN_TAGS, code_version, tracked_run
 from pipeline.training.config import TrainConfig
 from pipeline.tune.study import STUDY_EXPERIMENT, STUDY_PARENT, check_parent, default_storage, redact
 
@@ -287,6 +287,8 @@ def train_grid(
         f"under way, {len(queued)} queued; parent run {runs.parent_run_id}; cells in {redact(url)}",
         err=True,
     )
+    if queued:
+        say_code_changed(study_cfg.study_name, results.code_versions_of(queue.finished(study, grid)))
     hours_left = None if deadline is None else (deadline - time.monotonic()) / 3600
     if study_cfg.workers > 1 and (hours_left is None or hours_left > 0):
         worker_cfg = dataclasses.replace(
@@ -297,6 +299,20 @@ def train_grid(
     queue.work(study, trainer(runs), grid, stop_taking=past(deadline), wait_after_stop=True)
     done = queue.finished(study, grid)
     return [c.key for c in grid if c.key not in done]
+
+
+def say_code_changed(name: str, earlier: dict[str, int]) -> None:
+    """Warn, before a reopened study trains more cells, when its finished cells trained with
+    other code than this checkout's: the definition check compares options only, so a code change
+    that alters training would otherwise pass unseen until the report names both versions."""
+    mine = code_version()
+    if earlier and set(earlier) != {mine}:
+        said = ", ".join(f"{version} ({n})" for version, n in earlier.items())
+        click.echo(
+            f"study {name!r}: its finished cells trained with code {said}; this command trains with "
+            f"{mine}: if a change between them alters training, start another study",
+            err=True,
+        )
 
 
 def run(

@@ -66,6 +66,16 @@ def rows(finished: dict[str, str], phase: str) -> pd.DataFrame:
     return pd.DataFrame(out, columns=ROW_COLUMNS)  # with no cell finished, still a table of them
 
 
+def code_versions_of(finished: dict[str, str]) -> dict[str, int]:
+    """Finished cells per code version they trained with, read from their runs ("not recorded"
+    for a run without it)."""
+    client, counts = mlflow.MlflowClient(), {}
+    for run_id in finished.values():
+        version = client.get_run(run_id).data.tags.get(CODE_TAG) or "not recorded"
+        counts[version] = counts.get(version, 0) + 1
+    return counts
+
+
 # On a cell's own test readout: which cell and trial it read (not study_cell: that marks cells).
 READOUT_CELL_TAG, READOUT_TRIAL_TAG = "study_readout_cell", "study_readout_trial"
 
