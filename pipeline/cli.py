@@ -30,6 +30,14 @@ def option_name(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
 
+def added_at_default(mine: dict, theirs: dict, defaults: dict) -> set[str]:
+    """The options of ``mine`` that ``theirs``, a record written by an earlier version of a
+    command, lacks while ``mine`` has them at their default (``defaults``): options added since.
+    A record written then is the same one now only at those defaults, which assumes that an
+    option's default keeps what ran before the option existed."""
+    return {k for k in mine if k not in theirs and k in defaults and mine[k] == defaults[k]}
+
+
 def config_options(*classes: type):
     """Decorator adding one click option per field of each dataclass."""
 

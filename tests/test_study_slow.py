@@ -24,7 +24,7 @@ from pipeline.data.splits import REFUSE_TEST_ENV
 from pipeline.study import queue
 from pipeline.study.protocol import Preregistration
 from pipeline.tracking.errors import FAILURE_TAG
-from pipeline.tracking.runs import code_version
+from pipeline.tracking.runs import CODE_TAG
 from pipeline.tune.study import STUDY_PARENT
 from tests.conftest import subprocess_env
 
@@ -97,7 +97,7 @@ def test_a_screen_trains_its_grid_as_child_runs_once(tracking, tmp_path, monkeyp
 
     again = runner.invoke(study.main, args)
     assert again.exit_code == 0, again.output
-    assert "10 finished or under way, 0 queued" in again.output
+    assert "10 finished, 0 under way, 0 queued" in again.output
     assert len([r for r in _children(parent) if "study_cell" in r.data.tags]) == len(cells)
 
     changed = runner.invoke(study.main, [*args[:-2], "--study-name", "scr", "--lr", "0.1"])
@@ -148,7 +148,8 @@ def test_a_confirmation_refuses_screened_seeds_and_preregisters_before_training(
     n = r"-?[0-9]+\.[0-9]+"
     means = rf"\| static@epochs \| 2 \| {n} \({n} to {n}\) \| [0-9]+ \| {n} \({n}\) \| 3 \|"
     assert re.search(means, text), text
-    assert f"Code the cells trained with: {code_version()} (4 cells)." in text  # this checkout's
+    (version,) = {run.data.tags[CODE_TAG] for run in cells}  # this checkout's, as the cells recorded it
+    assert f"Code the cells trained with: {version} (4 cells)." in text
     again = runner.invoke(study.main, args)  # nothing to train, nothing to evaluate again
     assert again.exit_code == 0, again.output
     assert len([r for r in _children(parent) if r.data.tags.get("entry_point") == "evaluate"]) == len(cells)
@@ -156,7 +157,7 @@ def test_a_confirmation_refuses_screened_seeds_and_preregisters_before_training(
     # finished now under its default (what trained then), refused under another value
     _as_if_recorded_without(parent, _trials(tmp_path, "c"), "lr_schedule")
     older = runner.invoke(study.main, args)
-    assert older.exit_code == 0 and "4 finished or under way, 0 queued" in older.output, older.output
+    assert older.exit_code == 0 and "4 finished, 0 under way, 0 queued" in older.output, older.output
     other_value = runner.invoke(study.main, [*args, "--lr-schedule", "triangular"])
     assert other_value.exit_code == 2 and "created with other options (--lr-schedule)" in other_value.output
     # A seed a confirmation spent (its test split read) confirms nothing else, under any name
@@ -253,5 +254,6 @@ def test_a_study_told_when_to_stop_keeps_what_is_left_queued_for_the_same_comman
     assert "Missing, reported as missing and not replaced: 2 cell(s)" in report
     resumed = runner.invoke(study.main, args)
     assert resumed.exit_code == 0, resumed.output
+    assert "2 cells, 0 finished, 0 under way, 2 queued" in resumed.output  # still waiting, not under way
     assert sorted(queue.finished(_trials(tmp_path, "paused"))) == ["dynamic@epochs#75", "static@epochs#75"]
     assert mlflow.get_run(parent).info.status == "FINISHED"

@@ -322,6 +322,10 @@ def test_a_seconds_cell_trained_on_another_machine_than_its_reference_is_named()
     elsewhere = report.seconds_on_another_machine(rows)
     assert elsewhere == ["dynamic@seconds#1", "dynamic@seconds#4"]
     assert report.seconds_on_another_machine(_rows()) == []  # rows that record no machine
+    # a table read back or joined gives NaN where nothing was recorded: not a machine of its own
+    unrecorded = rows.assign(boot=rows["boot"].replace("", float("nan")))
+    assert report.seconds_on_another_machine(unrecorded) == elsewhere
+    assert report.seconds_on_another_machine(rows.assign(host=float("nan"), boot=float("nan"))) == []
     doc = {"study": "t", "phase": "screen", "label": "exploratory", "metric": "val/acc", "seeds": "1-4"}
     doc |= {"epochs": 4, "static_spec": "default", "health": {}, "seconds_on_another_machine": elsewhere}
     table = report.compare(_rows(), grid.comparisons(grid.parse_arms("static,dynamic"), EPOCHS_AND_HALF), "x")
@@ -333,9 +337,10 @@ def test_a_seconds_cell_trained_on_another_machine_than_its_reference_is_named()
 
 def test_the_report_names_the_code_each_cell_trained_with():
     rows = _rows()
-    assert report.code_versions(rows) == {"not recorded": len(rows)}  # a table written before the column
+    assert report.code_versions(rows) == {}  # a table without the column: nothing to say
+    rows["code"] = ["abc"] * (len(rows) - 2) + ["def", ""]
+    assert report.code_versions(rows) == {"abc": len(rows) - 2, "def": 1, "not recorded": 1}
     rows["code"] = ["abc"] * (len(rows) - 1) + ["def"]
-    assert report.code_versions(rows) == {"abc": len(rows) - 1, "def": 1}
     doc = {"study": "t", "phase": "screen", "label": "exploratory", "metric": "val/acc", "seeds": "1-3"}
     doc |= {"epochs": 4, "static_spec": "default", "health": {}, "code_versions": report.code_versions(rows)}
     text = report.markdown(doc, report.compare(rows, [], "exploratory"))
@@ -346,7 +351,7 @@ def test_the_report_names_the_code_each_cell_trained_with():
     )
 
 
-def test_a_reopened_study_says_when_its_finished_cells_trained_with_other_code(tracking, monkeypatch, capsys):
+def test_a_reopened_study_says_when_its_finished_cells_trained_with_other_code(tracking):
     finished = {}
     for key, version in [("static@epochs#1", "abc"), ("dynamic@epochs#1", "abc"), ("static@epochs#2", "")]:
         with mlflow.start_run() as run:
@@ -355,16 +360,13 @@ def test_a_reopened_study_says_when_its_finished_cells_trained_with_other_code(t
         finished[key] = run.info.run_id
     earlier = results.code_versions_of(finished)
     assert earlier == {"abc": 2, "not recorded": 1}
-    monkeypatch.setattr(command, "code_version", lambda: "def")
-    command.say_code_changed("s", earlier)
-    said = capsys.readouterr().err
-    assert said.startswith(
-        "study 's': its finished cells trained with code abc (2), not recorded (1); this command trains "
-        "with def: if a change between them alters training, start another study"
+    assert command.code_changed("s", earlier, "def", left=3) == (
+        "study 's': its finished cells trained with code abc (2 cells), not recorded (1 cell); the 3 "
+        "left train with def: if a change between them alters training, start another study"
     )
-    for same in ({"def": 3}, {}):  # the same code, or nothing finished yet: nothing to say
-        command.say_code_changed("s", same)
-        assert capsys.readouterr().err == ""
+    # the same code, nothing finished yet, or nothing left to train: nothing to say
+    for same, left in (({"def": 3}, 1), ({}, 6), (earlier, 0)):
+        assert command.code_changed("s", same, "def", left) == ""
 
 
 def test_the_figure_names_the_seeds_its_means_rest_on():

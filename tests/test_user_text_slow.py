@@ -96,4 +96,4 @@ def test_a_study_name_with_quotes_works(tracking):
     result = runner.invoke(study.main, args)
     assert result.exit_code == 0, result.output
     again = runner.invoke(study.main, args)
-    assert again.exit_code == 0 and "2 finished or under way, 0 queued" in again.output
+    assert again.exit_code == 0 and "2 finished, 0 under way, 0 queued" in again.output

@@ -15,7 +15,7 @@ from pipeline.device import pick_device
 from pipeline.tracking.errors import UpstreamError, one_line
 from pipeline.tracking.params import shown_param
 from pipeline.tracking.processes import HOST_TAG, PID_TAG, owned_elsewhere
-from pipeline.tracking.runs import code_version
+from pipeline.tracking.runs import CODE_TAG, code_version
 
 CHECKPOINT_ARTIFACT = "checkpoints/last.pt"
 
@@ -94,7 +94,7 @@ def check_resumable(
                 f"--resume {run_id}: its {key} is {_short(old)}, these options give {_short(new)}; "
                 "a resumed run keeps what it trained with (pass the run's options, or start a new run)"
             )
-    then, now = logged_tags.get("code_version", "unknown"), code_version()
+    then, now = logged_tags.get(CODE_TAG, "unknown"), code_version()
     if "unknown" not in (then, now) and then != now:
         raise UpstreamError(
             f"--resume {run_id}: the run trained with code {then}, this checkout is {now}; a resumed "

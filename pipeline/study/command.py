@@ -281,14 +281,19 @@ def train_grid(
     they left or lost (a dead worker's cell, once its heartbeat is stale), taking none after
     ``deadline``; the cells missing."""
     data_cfg, train_cfg, grid_cfg, study_cfg = configs
-    queued = queue.enqueue_missing(study, grid)
+    queue.enqueue_missing(study, grid)
+    done, waiting = queue.finished(study, grid), queue.queued(study) & {c.key for c in grid}
     click.echo(
-        f"study {study_cfg.study_name!r}: {len(grid)} cells, {len(grid) - len(queued)} finished or "
-        f"under way, {len(queued)} queued; parent run {runs.parent_run_id}; cells in {redact(url)}",
+        f"study {study_cfg.study_name!r}: {len(grid)} cells, {len(done)} finished, "
+        f"{len(grid) - len(done) - len(waiting)} under way, {len(waiting)} queued; parent run "
+        f"{runs.parent_run_id}; cells in {redact(url)}",
         err=True,
     )
-    if queued:
-        say_code_changed(study_cfg.study_name, results.code_versions_of(queue.finished(study, grid)))
+    changed = code_changed(
+        study_cfg.study_name, results.code_versions_of(done), code_version(), len(grid) - len(done)
+    )
+    if changed:
+        click.echo(changed, err=True)
     hours_left = None if deadline is None else (deadline - time.monotonic()) / 3600
     if study_cfg.workers > 1 and (hours_left is None or hours_left > 0):
         worker_cfg = dataclasses.replace(
@@ -301,18 +306,17 @@ def train_grid(
     return [c.key for c in grid if c.key not in done]
 
 
-def say_code_changed(name: str, earlier: dict[str, int]) -> None:
-    """Warn, before a reopened study trains more cells, when its finished cells trained with
-    other code than this checkout's: the definition check compares options only, so a code change
-    that alters training would otherwise pass unseen until the report names both versions."""
-    mine = code_version()
-    if earlier and set(earlier) != {mine}:
-        said = ", ".join(f"{version} ({n})" for version, n in earlier.items())
-        click.echo(
-            f"study {name!r}: its finished cells trained with code {said}; this command trains with "
-            f"{mine}: if a change between them alters training, start another study",
-            err=True,
-        )
+def code_changed(name: str, earlier: dict[str, int], mine: str, left: int) -> str:
+    """The warning a reopened study gives before it trains its ``left`` cells when its finished
+    ones trained with other code (``earlier``: cells per version) than ``mine``; '' when there is
+    none to give. The definition check compares options only, so a code change that alters
+    training would otherwise pass unseen until the report names both versions."""
+    if not left or not earlier or set(earlier) == {mine}:
+        return ""
+    return (
+        f"study {name!r}: its finished cells trained with code {report.versions_said(earlier)}; the "
+        f"{left} left train with {mine}: if a change between them alters training, start another study"
+    )
 
 
 def run(

@@ -8,13 +8,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pipeline.cli import ConfigError, opt
+from pipeline.cli import ConfigError, added_at_default, opt
 from pipeline.codec import flat_params
 from pipeline.data.config import DataConfig
 from pipeline.study.grid import ARMS, parse_arms, parse_budget, parse_seeds
 from pipeline.study.protocol import PHASES
 from pipeline.study.recipes import RECIPES, recipe
-from pipeline.training.config import TrainConfig
+from pipeline.training.config import before_options
 
 ENTRY_POINT = "study"
 
@@ -110,10 +110,9 @@ class StudyConfig:
 def added_since(mine: dict, theirs: dict) -> set[str]:
     """The options of ``mine`` (what trains, as ``flat_params`` spells it) that ``theirs``, a
     study's record written by an earlier version of the step, lacks while ``mine`` has them at
-    their default: options added since, whose default keeps what trained before, so a study
-    recorded then is the same study now."""
-    defaults = flat_params(DataConfig(), TrainConfig(), GridConfig())
-    return {k for k in mine if k not in theirs and k in defaults and mine[k] == defaults[k]}
+    their default, or at what trained before it where that is not its default
+    (``added_at_default``, ``before_options``): a study recorded then is the same study now."""
+    return added_at_default(mine, theirs, flat_params(DataConfig(), before_options(), GridConfig()))
 
 
 def differs(mine: dict, theirs: dict) -> list[str]:

@@ -41,6 +41,7 @@ DOC_KEYS = ("phase", "label", "epochs", "static_spec")
 CELL_COLUMNS = ("cell", "arm", "budget", "seed", "acc", "trained_s", "flops", "epochs", "health")
 # read as written: a code version or boot id of digits alone would otherwise come back a number
 TEXT_COLUMNS = {"code": str, "host": str, "boot": str}
+CODE_NOT_IN_TABLE = "not in its cells.csv (written before the column; see its runs' code_version tag)"
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ class StudyFolder:
         lacking = [c for c in CELL_COLUMNS if c not in rows.columns]
         if lacking:
             raise ConfigError(f"{path}/cells.csv lacks the columns {', '.join(lacking)}")
+        if "code" not in rows:  # its runs may well record it: say where it is missing
+            rows = rows.assign(code=CODE_NOT_IN_TABLE)
         return StudyFolder(path, rows, prereg, doc)
 
 

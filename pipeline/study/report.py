@@ -266,7 +266,9 @@ def seconds_on_another_machine(rows: pd.DataFrame) -> list[str]:
     over machines or sessions). A host or boot not recorded (older runs) is not compared."""
     if rows.empty or "host" not in rows:
         return []
-    where = {r.cell: (r.host, r.boot) for r in rows.itertuples()}
+    # a value not recorded is '' from a run and NaN from a table read back or joined
+    text = rows[["host", "boot"]].fillna("").astype(str)
+    where = {cell: (host, boot) for cell, host, boot in zip(rows["cell"], text["host"], text["boot"])}
     out = []
     for key, (host, boot) in where.items():
         cell = Cell.from_key(key)
@@ -278,14 +280,21 @@ def seconds_on_another_machine(rows: pd.DataFrame) -> list[str]:
     return sorted(out)
 
 
+NO_CODE = "not recorded"  # a run without the tag (pipeline.tracking.runs.CODE_TAG)
+
+
 def code_versions(rows: pd.DataFrame) -> dict[str, int]:
-    """Cells per code version they trained with ("not recorded": a study's table written before
-    the column was). The study's definition checks the options, not the code: a change between
+    """Cells per code version they trained with, most first (``NO_CODE`` for a run that did not
+    record one). The study's definition checks the options, not the code: a change between
     versions that alters training under the same options shows here, as two versions."""
-    if rows.empty:
+    if rows.empty or "code" not in rows:
         return {}
-    code = rows["code"] if "code" in rows else pd.Series("", index=rows.index)
-    return {str(k): int(v) for k, v in code.fillna("").replace("", "not recorded").value_counts().items()}
+    code = rows["code"].fillna("").astype(str).replace("", NO_CODE)
+    return {str(k): int(v) for k, v in code.value_counts().items()}
+
+
+def versions_said(versions: dict[str, int]) -> str:
+    return ", ".join(f"{v} ({n} cell{'s' if n != 1 else ''})" for v, n in versions.items())
 
 
 def markdown(
@@ -347,14 +356,13 @@ def markdown(
         )
     versions = summary_doc.get("code_versions", {})
     if versions:
-        said = ", ".join(f"{v} ({n} cell{'s' if n != 1 else ''})" for v, n in versions.items())
         caution = (
             ": a change between them that alters training under the same options is not caught by "
-            "the study's definition check; read their diff"
+            "the study's definition check"
             if len(versions) > 1
             else ""
         )
-        lines.append(f"Code the cells trained with: {said}{caution}.")
+        lines.append(f"Code the cells trained with: {versions_said(versions)}{caution}.")
     lines += ["", *_table_lines(table)]
     if controls is not None and len(controls):
         lines += [

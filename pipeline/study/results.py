@@ -67,13 +67,10 @@ def rows(finished: dict[str, str], phase: str) -> pd.DataFrame:
 
 
 def code_versions_of(finished: dict[str, str]) -> dict[str, int]:
-    """Finished cells per code version they trained with, read from their runs ("not recorded"
-    for a run without it)."""
-    client, counts = mlflow.MlflowClient(), {}
-    for run_id in finished.values():
-        version = client.get_run(run_id).data.tags.get(CODE_TAG) or "not recorded"
-        counts[version] = counts.get(version, 0) + 1
-    return counts
+    """Finished cells per code version they trained with, read from their runs."""
+    client = mlflow.MlflowClient()
+    tags = [client.get_run(run_id).data.tags.get(CODE_TAG, "") for run_id in finished.values()]
+    return report.code_versions(pd.DataFrame({"code": tags}))
 
 
 # On a cell's own test readout: which cell and trial it read (not study_cell: that marks cells).

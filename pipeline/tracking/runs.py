@@ -27,7 +27,7 @@ from pipeline.tracking.processes import HOST_TAG, PID_TAG, fail_stale_runs, owne
 from pipeline.tracking.stores import check_artifact_store, unwritable
 
 ENTRY_POINT_TAG = "entry_point"
-CODE_TAG = "code_version"  # the code a run trained with (code_version below)
+CODE_TAG = "code_version"  # the code a run ran with (code_version below)
 RESUMED_AFTER_TAG = "resumed_after"  # a finished run's failure_reason from before its resume
 DEFAULT_EXPERIMENT = "growing-cnn"
 # MLflow 3's UI opens an experiment without this tag in its GenAI view ("Traces"); this one

@@ -250,6 +250,16 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, grown: Collection[str] = 
 
 # (grown, a batchnorm's shift): the plain group first, then growth's, as before the shifts had
 # their own; a checkpoint's optimizer state lists its groups in this order
+# What training did before these options existed, where their default does not keep it: a
+# record written before one of them (a tune study's or a study's definition) trained with this.
+RAN_BEFORE_OPTION = {"precision": "fp32", "monitor_share": 0.0}
+
+
+def before_options() -> TrainConfig:
+    """The defaults as a record written before an option existed trained with them."""
+    return TrainConfig(**RAN_BEFORE_OPTION)
+
+
 GROUP_ORDER = ((False, False), (True, False), (False, True), (True, True))
 
 

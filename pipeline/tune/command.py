@@ -61,7 +61,7 @@ from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.runs import tracked_run
 from pipeline.training.config import TrainConfig
 from pipeline.tune import report, search_space
-from pipeline.tune.config import CONFIGS, ENTRY_POINT, SpaceConfig, StudyConfig
+from pipeline.tune.config import CONFIGS, ENTRY_POINT, SpaceConfig, StudyConfig, definition
 from pipeline.tune.study import (
     STUDY_DEFINITION,
     STUDY_EXPERIMENT,
@@ -85,25 +85,6 @@ WORKER_INDEX_ENV = "GCNN_TUNE_WORKER_INDEX"  # set on the processes --workers st
 
 
 # --- storage -----------------------------------------------------------------------------
-
-
-def definition(
-    data_cfg: DataConfig, train_cfg: TrainConfig, space_cfg: SpaceConfig, study_cfg: StudyConfig
-) -> dict:
-    """The options every worker of a study must share (machine-local ones left out)."""
-    local = {"data_dir", "device", "eval_batch_size", "scores_run"}
-    shared = {"objectives", "pruner", "sampler"}
-    out = {}
-    for cfg in (data_cfg, train_cfg, space_cfg):
-        out.update({k: v for k, v in dataclasses.asdict(cfg).items() if k not in local})
-    out.update({k: v for k, v in dataclasses.asdict(study_cfg).items() if k in shared})
-    return out
-
-
-def default_definition() -> dict:
-    """``definition`` at every option's default: what a study created before an option existed
-    trained with."""
-    return definition(DataConfig(), TrainConfig(), SpaceConfig(), StudyConfig())
 
 
 # --- one worker ----------------------------------------------------------------------------
@@ -262,7 +243,7 @@ def _work_on(url: str, configs: tuple, worker_index: int | None) -> optuna.Study
     data_cfg, train_cfg, _, study_cfg = configs
     signal.signal(signal.SIGTERM, raise_terminated)  # a stopped worker closes its trial's run
     study = wait_for_study(url, study_cfg, train_cfg.epochs, worker_index)
-    check_definition(study, definition(*configs), default_definition())
+    check_definition(study, definition(*configs))
     check_parent(study)
     if study_cfg.workers > 1:
         run_worker_processes(study_cfg.workers, configs, url)
@@ -301,7 +282,7 @@ def _open_study(
             study.set_user_attr(key, value)
         return study, space, scores_run_id, note
     # the study keeps the space and scores it was created with
-    check_definition(study, mine, default_definition())
+    check_definition(study, mine)
     check_data(study, data)
     space, scores_run_id = study_space(study), study.user_attrs.get(STUDY_SCORES, "")
     return study, space, scores_run_id, study.user_attrs.get(STUDY_PACING_NOTE, "")

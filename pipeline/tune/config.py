@@ -4,13 +4,14 @@ study and the worker all read them; this module imports none of those."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from models.growth import DEFAULT_GROWTH_INIT
 from pipeline.cli import ConfigError, opt, option_name
 from pipeline.data.config import DataConfig
 from pipeline.run.logged_model import registry_name_problem
-from pipeline.training.config import TrainConfig
+from pipeline.training.config import TrainConfig, before_options
 from pipeline.tune import search_space
 
 ENTRY_POINT = "tune"
@@ -106,3 +107,22 @@ class StudyConfig:
 
 
 CONFIGS = (DataConfig, TrainConfig, SpaceConfig, StudyConfig)
+
+
+def definition(
+    data_cfg: DataConfig, train_cfg: TrainConfig, space_cfg: SpaceConfig, study_cfg: StudyConfig
+) -> dict:
+    """The options every worker of a study must share (machine-local ones left out)."""
+    local = {"data_dir", "device", "eval_batch_size", "scores_run"}
+    shared = {"objectives", "pruner", "sampler"}
+    out = {}
+    for cfg in (data_cfg, train_cfg, space_cfg):
+        out.update({k: v for k, v in dataclasses.asdict(cfg).items() if k not in local})
+    out.update({k: v for k, v in dataclasses.asdict(study_cfg).items() if k in shared})
+    return out
+
+
+def definition_before_options() -> dict:
+    """``definition`` as a study created before an option existed trained: at every option's
+    default, or at what trained before it where that is not its default (``before_options``)."""
+    return definition(DataConfig(), before_options(), SpaceConfig(), StudyConfig())

@@ -17,10 +17,10 @@ from mlflow.exceptions import MlflowException
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from pipeline.cli import ConfigError, option_name
+from pipeline.cli import ConfigError, added_at_default, option_name
 from pipeline.tracking.errors import FAILURE_TAG, one_line
 from pipeline.tune import report, search_space
-from pipeline.tune.config import OBJECTIVES, StudyConfig
+from pipeline.tune.config import OBJECTIVES, StudyConfig, definition_before_options
 
 DIRECTIONS = {"val/acc": "maximize", "time/cumulative_s": "minimize"}  # per objective metric
 
@@ -149,21 +149,23 @@ def make_pruner(cfg: StudyConfig, epochs: int) -> optuna.pruners.BasePruner:
     return optuna.pruners.NopPruner()
 
 
-def check_definition(study: optuna.Study, mine: dict, defaults: dict) -> None:
+def check_definition(study: optuna.Study, mine: dict) -> None:
     """Refuse to work on ``study`` with other options than it was created with. An option the
-    study's record lacks was added to tune since; the study trained with its default
-    (``defaults``), so only that value is the same study."""
+    study's record lacks was added to tune since: the study is the same only at the value it
+    trained with then (``added_at_default``). A study recorded with no definition is not checked."""
     theirs = study.user_attrs.get(STUDY_DEFINITION, {})
+    defaults = definition_before_options()
+    added = added_at_default(mine, theirs, defaults)
     for key, value in mine.items():
         if key in theirs and theirs[key] != value:
             raise ConfigError(
                 f"{option_name(key)} {value} differs from study {study.study_name!r}, which was created "
                 f"with {theirs[key]}: pass the study's options or choose another --study-name"
             )
-        if theirs and key not in theirs and key in defaults and value != defaults[key]:
+        if theirs and key not in theirs and key in defaults and key not in added:
             raise ConfigError(
                 f"{option_name(key)} {value}: study {study.study_name!r} was created before tune had "
-                f"{option_name(key)}, so its trials trained with the default {defaults[key]}: pass that "
+                f"{option_name(key)}, so its trials trained with {defaults[key]}: pass that "
                 "or choose another --study-name"
             )
 

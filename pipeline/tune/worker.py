@@ -41,7 +41,7 @@ from pipeline.tracking.artifacts import scratch_dir
 from pipeline.tracking.errors import FAILURE_TAG, one_line
 from pipeline.tracking.params import log_params_shown
 from pipeline.tracking.processes import owner_tags
-from pipeline.tracking.runs import code_version
+from pipeline.tracking.runs import CODE_TAG, code_version
 from pipeline.training import health
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
@@ -191,7 +191,7 @@ class Worker:
             report.ATTR_RETRY_OF: retry_of if retry_of is not None else "",
         }.items():
             trial.set_user_attr(key, value)
-        tags = {"worker": self.name, "code_version": self.code_version, **owner_tags()}
+        tags = {"worker": self.name, CODE_TAG: self.code_version, **owner_tags()}
         if retry_of is not None:
             tags["retry_of"] = str(retry_of)
         with TrialRun(self.parent_run_id, self.experiment_id, trial, tags, self.study.study_name) as run:

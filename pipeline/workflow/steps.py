@@ -14,7 +14,7 @@ import mlflow
 from pipeline.codec import default_params, flat_params, same_param
 from pipeline.tracking.errors import FAILURE_TAG, Terminated, UpstreamError, one_line
 from pipeline.tracking.params import shown_param
-from pipeline.tracking.runs import code_version, unique_run_name, wait_closed
+from pipeline.tracking.runs import CODE_TAG, code_version, unique_run_name, wait_closed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ def find_reusable(entry_point: str, params: dict, data_digest: str) -> str:
         order_by=["attributes.start_time DESC"],
         filter_string=(
             f"tags.entry_point = '{entry_point}' and attributes.status = 'FINISHED' "
-            f"and tags.code_version = '{version}'"
+            f"and tags.{CODE_TAG} = '{version}'"
         ),
     )
     for run in runs:
