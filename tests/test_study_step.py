@@ -285,6 +285,14 @@ def test_the_report_figure_and_text_are_written(tmp_path):
     table = report.compare(rows, comparisons, "exploratory")
     path = report.figure(report.frontier(rows), tmp_path / "f.png", "study t (exploratory)", "val/acc")
     assert path.stat().st_size > 10_000
+    # a point resting on fewer seeds than the others says how many
+    fewer = report.frontier(rows[(rows.arm == "static") | (rows.seed == 1)])
+    said = report.point_labels(fewer, most=3)
+    labels = dict(zip(fewer["arm"] + "@" + fewer["budget"], said))
+    assert labels == {
+        "static@epochs": "epochs", "dynamic@epochs": "epochs (n=1)",
+        "dynamic@flops:0.5": "flops:0.5 (n=1)", "static@flops:0.5": "flops:0.5",
+    }  # fmt: skip
     doc = {"study": "t", "phase": "screen", "label": "exploratory", "metric": "val/acc", "seeds": "1,2,3"}
     text = report.markdown({**doc, "epochs": 4, "static_spec": "default", "health": {}}, table)
     assert "dynamic@flops:0.5 vs static@flops:0.5 | 3 | +3.00 (+3.00 to +3.00) | 3 of 3 | 0.000" in text

@@ -221,11 +221,18 @@ def seeds_shown(seeds: tuple[int, ...], rows: pd.DataFrame) -> str:
     return shown + (f" (not in the means: {','.join(missing)})" if missing else "")
 
 
+def point_labels(points: pd.DataFrame, most: int) -> list[str]:
+    """Each point's budget, with its number of seeds where that is fewer than the figure's most
+    (a study or join still missing cells: its lines join means over different seeds)."""
+    return [f"{b} (n={n})" if n < most else str(b) for b, n in zip(points["budget"], points["n"])]
+
+
 def figure(points: pd.DataFrame, path: Path, title: str, metric: str) -> Path:
     """Accuracy against seconds that trained and against FLOPs (a multiple of the reference
     run's), one line per arm through its budgets, 95% intervals as bars."""
     ref = points[(points.arm == REFERENCE_ARM) & (points.budget == REFERENCE_BUDGET)]
     ref_flops = float(ref["flops"].iloc[0]) if len(ref) else 1.0
+    most = int(points["n"].max()) if len(points) else 0
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), constrained_layout=True)
     for ax, key, scale, xlabel in (
         (axes[0], "trained_s", 1.0, "seconds that trained (s)"),
@@ -236,7 +243,7 @@ def figure(points: pd.DataFrame, path: Path, title: str, metric: str) -> Path:
             ys = 100 * group["acc"]
             err = (100 * (group["acc_ci_high"] - group["acc"])).fillna(0.0)
             ax.errorbar(scale * group[key], ys, yerr=err, marker="o", capsize=3, color=f"C{k}", label=arm)
-            for x, y, budget in zip(scale * group[key], ys, group["budget"]):
+            for x, y, budget in zip(scale * group[key], ys, point_labels(group, most)):
                 ax.annotate(
                     budget, (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7, color=f"C{k}"
                 )
@@ -314,23 +321,7 @@ def markdown(
         f"Reference: static at {summary_doc['epochs']} epochs ({summary_doc['static_spec']}).",
         f"Health (runs per verdict): {json.dumps(summary_doc['health'])}",
     ]
-    if summary_doc.get("studies"):
-        joined = ", ".join(
-            f"{s['study']} (seeds {','.join(map(str, s['seeds']))}, {s['label']})"
-            for s in summary_doc["studies"]
-        )
-        n = len(summary_doc["studies"])
-        lines.append(f"Joined from {n} {'study' if n == 1 else 'studies'} of one grid: {joined}.")
-    if summary_doc.get("preregistered_seeds"):
-        lines.append(f"Seeds preregistered for the joined comparison: {summary_doc['preregistered_seeds']}.")
-    if summary_doc.get("partial"):
-        lines.append(f"**Partial**: {summary_doc['partial']}.")
-    if summary_doc.get("scored_by"):
-        said = ", ".join(f"{study}: run {run}" for study, run in summary_doc["scored_by"].items())
-        lines.append(f"Difficulty scored, each study for itself: {said}.")
-    for key, values in summary_doc.get("recorded_by_some", {}).items():
-        said = ", ".join(f"{study}: {value}" for study, value in values.items())
-        lines.append(f"Option {key} recorded by only some of the studies ({said}).")
+    lines += _joined_lines(summary_doc)
     if summary_doc["label"] == "confirmatory" and len(table):
         lines.append(
             "Confirmatory: each comparison's paired difference, its interval, p and verdict (what "
@@ -356,13 +347,7 @@ def markdown(
         )
     versions = summary_doc.get("code_versions", {})
     if versions:
-        caution = (
-            ": a change between them that alters training under the same options is not caught by "
-            "the study's definition check"
-            if len(versions) > 1
-            else ""
-        )
-        lines.append(f"Code the cells trained with: {versions_said(versions)}{caution}.")
+        lines.append(f"Code the cells trained with: {versions_said(versions)}{_caution(versions)}.")
     lines += ["", *_table_lines(table)]
     if controls is not None and len(controls):
         lines += [
@@ -386,6 +371,39 @@ def markdown(
             f"\nScoring difficulty (run {s['run']}) cost {s['seconds']:.0f} s, charged once to the study."
         )
     return "\n".join(lines) + "\n"
+
+
+def _joined_lines(summary_doc: dict) -> list[str]:
+    """A join's lines: the studies it reads, the seeds preregistered, whether it is partial,
+    each study's scoring run and the options only some of them recorded (none for a study)."""
+    lines = []
+    if summary_doc.get("studies"):
+        joined = ", ".join(
+            f"{s['study']} (seeds {','.join(map(str, s['seeds']))}, {s['label']})"
+            for s in summary_doc["studies"]
+        )
+        n = len(summary_doc["studies"])
+        lines.append(f"Joined from {n} {'study' if n == 1 else 'studies'} of one grid: {joined}.")
+    if summary_doc.get("preregistered_seeds"):
+        lines.append(f"Seeds preregistered for the joined comparison: {summary_doc['preregistered_seeds']}.")
+    if summary_doc.get("partial"):
+        lines.append(f"**Partial**: {summary_doc['partial']}.")
+    if summary_doc.get("scored_by"):
+        said = ", ".join(f"{study}: run {run}" for study, run in summary_doc["scored_by"].items())
+        lines.append(f"Difficulty scored, each study for itself: {said}.")
+    for key, values in summary_doc.get("recorded_by_some", {}).items():
+        said = ", ".join(f"{study}: {value}" for study, value in values.items())
+        lines.append(f"Option {key} recorded by only some of the studies ({said}).")
+    return lines
+
+
+def _caution(versions: dict[str, int]) -> str:
+    if len(versions) < 2:
+        return ""
+    return (
+        ": a change between them that alters training under the same options is not caught by the "
+        "study's definition check"
+    )
 
 
 def _means_lines(points: pd.DataFrame, metric: str) -> list[str]:
