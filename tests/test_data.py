@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from pipeline.data.augment import augment_batch
+from pipeline.data.augment import alternate_flips, augment_batch
 from pipeline.data.config import DataConfig, DataError
 from pipeline.data.sampling import stratified_sample
 from pipeline.data.sources import DEBIAN_FASHION_MNIST, load_fashion_mnist, load_folder, load_raw, read_idx
@@ -140,6 +140,34 @@ def test_batch_augmentation_is_exactly_a_flip_and_or_a_shift_of_each_image():
             for o, a, b in zip(both, _shifted(x, dx, dy), _shifted(x.flip(3), dx, dy))
         )
     ]
+
+
+def test_alternating_flips_mirror_a_random_half_then_each_image_every_other_epoch():
+    positions = torch.arange(10_000)
+    first = alternate_flips(positions, 0, seed=3)
+    assert 0.48 < float(first.float().mean()) < 0.52  # a half, as random flips would
+    assert torch.equal(alternate_flips(positions, 1, seed=3), ~first)  # then the other side
+    for epoch in range(2, 6):
+        assert torch.equal(alternate_flips(positions, epoch, seed=3), first ^ bool(epoch % 2))
+    other_seed = alternate_flips(positions, 0, seed=4)
+    assert 0.48 < float((other_seed ^ first).float().mean()) < 0.52  # another half, not the same
+    assert 0.48 < float(alternate_flips(positions, 0, seed=2**40).float().mean()) < 0.52  # any seed
+    some = torch.tensor([9_999, 5, 17, 5])  # a batch: in any order, with repeats
+    assert torch.equal(alternate_flips(some, 0, seed=3), first[some])
+    assert 0.47 < float(first[::2].float().mean()) < 0.53  # no pattern in the positions' parity
+
+    x = torch.randn(64, 3, 8, 8)
+    picked = positions[100:164]
+    out = augment_batch(x, "altflip", None, positions=picked, epoch=1, seed=3)
+    flip = alternate_flips(picked, 1, seed=3)
+    assert torch.equal(out, torch.where(flip[:, None, None, None], x.flip(3), x))
+    # it draws nothing: the translations that follow are those of translate alone
+    g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    both = augment_batch(x, "altflip+translate", g1, positions=picked, epoch=1, seed=3)
+    assert torch.equal(both, augment_batch(out, "translate", g2))
+    assert int(torch.randint(10**9, (1,), generator=g1)) == int(torch.randint(10**9, (1,), generator=g2))
+    with pytest.raises(ValueError, match="alternating flips need the images' positions"):
+        augment_batch(x, "altflip")
 
 
 def test_random_erasing_replaces_one_rectangle_of_the_set_area_in_about_half_the_images():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pipeline.cli import ConfigError
-from pipeline.data.augment import mixup_batch
+from pipeline.data.augment import alternate_flips, mixup_batch
 from pipeline.device import CPU_EVAL_BATCH, eval_batch_size, seed_everything
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit, learning_rate
@@ -147,6 +147,34 @@ def test_mixup_is_the_training_loss(small_data, example_losses):
         torch.testing.assert_close(stats.losses, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_alternating_flips_mirror_the_images_of_the_run_s_seed_in_its_epoch_s_turn(small_data):
+    """One batch of every example at a zero rate, in the epoch's random order: the loss is that
+    of the model on each image mirrored where ``alternate_flips`` says for its position, the
+    run's seed and the epoch; the next epoch mirrors the others (train mode: batch statistics
+    of that same batch, whose order does not change them)."""
+    state = fit(fresh_state(small_data, CFG), small_data, dataclasses.replace(CFG, epochs=1), TrainingPlan())
+    train = small_data.train
+    positions = torch.arange(len(train))
+
+    def expected(seed, epoch):
+        flip = alternate_flips(positions, epoch, seed)
+        with torch.no_grad():
+            logits = state.model.train()(torch.where(flip[:, None, None, None], train.x.flip(3), train.x))
+        return float(torch.nn.functional.cross_entropy(logits, train.y))
+
+    for seed, epoch in [(7, 0), (7, 1), (8, 0)]:
+        stats = train_one_epoch(
+            state.model,
+            state.optimizer,
+            train,
+            positions,
+            StepRecipe(batch_size=len(train), augment="altflip", seed=seed),
+            EpochClock(lambda _progress: 0.0, epoch, 2, 0, torch.Generator().manual_seed(0)),
+        )
+        assert stats.loss == pytest.approx(expected(seed, epoch), rel=1e-5)
+    assert len({expected(7, 0), expected(7, 1), expected(8, 0)}) == 3  # three different batches
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
@@ -157,6 +185,7 @@ def test_mixup_is_the_training_loss(small_data, example_losses):
         ("weight_decay", float("nan"), "--weight-decay must be a finite non-negative number"),
         ("weight_decay", float("inf"), "--weight-decay must be a finite non-negative number"),
         ("augment", "rotate", "--augment 'rotate'"),
+        ("augment", "flip+altflip", "--augment flip\\+altflip: flip and altflip are two ways .* choose one"),
         ("mixup", -0.2, "--mixup must be a non-negative alpha"),
         ("eval_batch_size", -1, "--eval-batch-size must be positive"),
     ],

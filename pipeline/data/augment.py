@@ -1,5 +1,5 @@
-"""Batch augmentation: flips, random crops and translations, shifts and random erasing of a whole
-batch at once, and mixup."""
+"""Batch augmentation: flips (random or alternating), random crops and translations, shifts and
+random erasing of a whole batch at once, and mixup."""
 
 from __future__ import annotations
 
@@ -9,16 +9,17 @@ import random
 
 import torch
 
-# ``--augment`` joins any of these parts with "+", in this order ("flip+erase"), or is "none".
-# Each part draws from the generator only when it is asked for, so adding a part changes no
-# other combination's augmentation.
-AUGMENT_PARTS = ("flip", "crop", "translate", "shift", "erase")
+# ``--augment`` joins any of these parts with "+", in this order ("flip+erase"), or is "none";
+# the two flips are one choice, never both. Each part draws from the generator only when it is
+# asked for, so adding a part changes no other combination's augmentation.
+AUGMENT_PARTS = ("flip", "altflip", "crop", "translate", "shift", "erase")
 AUGMENTATIONS = (
     "none",
     *(
         "+".join(parts)
         for n in range(1, len(AUGMENT_PARTS) + 1)
         for parts in itertools.combinations(AUGMENT_PARTS, n)
+        if not {"flip", "altflip"} <= set(parts)
     ),
 )
 
@@ -37,17 +38,32 @@ CROP_PAD = 4
 TRANSLATE_PAD = 2
 
 
-def augment_batch(x: torch.Tensor, kind: str, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Augment a whole batch at once (B, C, H, W): horizontal flips and/or random crops (zero pad
-    4) and/or translations (reflect pad 2) and/or shifts of up to 2 px and/or random erasing,
-    in that order. Random draws come from
-    ``generator`` (on the CPU), so a run's augmentation follows its seed on any device."""
+def augment_batch(
+    x: torch.Tensor,
+    kind: str,
+    generator: torch.Generator | None = None,
+    *,
+    positions: torch.Tensor | None = None,
+    epoch: int = 0,
+    seed: int = 0,
+) -> torch.Tensor:
+    """Augment a whole batch at once (B, C, H, W): horizontal flips (random, or alternating:
+    ``alternate_flips``) and/or random crops (zero pad 4) and/or translations (reflect pad 2)
+    and/or shifts of up to 2 px and/or random erasing, in that order. Random draws come from
+    ``generator`` (on the CPU), so a run's augmentation follows its seed on any device.
+    Alternating flips need the images' ``positions`` in the training split (B,), the ``epoch``
+    and the run's ``seed``; they draw nothing from the generator."""
     if kind == "none":
         return x
     parts = kind.split("+")
     b = x.shape[0]
     if "flip" in parts:
         flip = torch.rand(b, generator=generator) < 0.5
+        x = torch.where(flip.to(x.device)[:, None, None, None], x.flip(3), x)
+    if "altflip" in parts:
+        if positions is None:
+            raise ValueError("alternating flips need the images' positions in the training split")
+        flip = alternate_flips(positions, epoch, seed)
         x = torch.where(flip.to(x.device)[:, None, None, None], x.flip(3), x)
     if "crop" in parts:
         x = _crop(x, generator)
@@ -62,6 +78,22 @@ def augment_batch(x: torch.Tensor, kind: str, generator: torch.Generator | None 
     if "erase" in parts:
         x = _erase(x, generator)
     return x
+
+
+def alternate_flips(positions: torch.Tensor, epoch: int, seed: int) -> torch.Tensor:
+    """Which images to mirror (B,) under airbench's alternating flips (Jordan 2024, arXiv
+    2404.00498, section 3.6): in the first epoch a random half, as random flips would; after
+    it each image is mirrored every other epoch, so any two epochs in a row show it both ways
+    (random flips show an image the same way twice in a row half the time). The first epoch's
+    half is a hash of the image's position and the run's seed: no state to carry, the same
+    after a resume and on any device. An image a curriculum leaves out of an epoch keeps its
+    turn: mirrored or not by the epoch's parity."""
+    # murmur3's 32-bit finaliser, on the positions' device (no host synchronisation)
+    h = (positions.long() + ((seed * 0x9E3779B1) & 0xFFFFFFFF)) & 0xFFFFFFFF
+    h = ((h ^ (h >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
+    h = ((h ^ (h >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
+    first = ((h ^ (h >> 16)) & 1).bool()
+    return first ^ bool(epoch % 2)
 
 
 def _crop(

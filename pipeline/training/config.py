@@ -41,9 +41,10 @@ class TrainConfig:
     deterministic: bool = opt(False, "deterministic kernels: bit-identical reruns, somewhat slower")
     augment: str = opt(
         "none",
-        "batch augmentation: none, or flip, crop (pad 4 and crop back), translate (airbench's: "
+        "batch augmentation: none, or flip (or altflip: airbench's alternating flips, each image "
+        "mirrored every other epoch), crop (pad 4 and crop back), translate (airbench's: "
         "reflect-pad 2 and crop back), shift and random erasing joined by +, e.g. flip+crop "
-        "(CIFAR's standard), flip+translate or flip+erase",
+        "(CIFAR's standard), flip+translate, altflip+translate or flip+erase",
     )
     label_smoothing: float = opt(0.0, "label smoothing of the training loss (0: none)")
     mixup: float = opt(
@@ -189,6 +190,8 @@ class TrainConfig:
             raise ConfigError(f"--warmup must be a fraction in [0, 1), got {self.warmup}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ConfigError(f"--lr-schedule {self.lr_schedule!r}: use one of {', '.join(LR_SCHEDULES)}")
+        if {"flip", "altflip"} <= set(self.augment.split("+")):
+            raise ConfigError(f"--augment {self.augment}: flip and altflip are two ways to flip: choose one")
         if self.augment not in AUGMENTATIONS:
             raise ConfigError(f"--augment {self.augment!r}: use one of {', '.join(AUGMENTATIONS)}")
         if self.precision not in PRECISIONS:

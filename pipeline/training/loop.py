@@ -56,7 +56,8 @@ class StepRecipe:
     augmentation (``augment_batch``), label smoothing and mixup (the training loss only, so
     also the losses pruning sees), the gradient clipping (``clip_grad`` > 0 clips the global
     norm before each step, on the device: no host synchronisation) and the autocast dtype
-    (resolved: fp32, bf16, fp16; fp16 needs ``scaler``)."""
+    (resolved: fp32, bf16, fp16; fp16 needs ``scaler``). ``seed`` is the run's: alternating
+    flips pick each image's first side from it."""
 
     batch_size: int
     augment: str = "none"
@@ -65,12 +66,20 @@ class StepRecipe:
     clip_grad: float = 0.0
     precision: str = "fp32"
     scaler: torch.amp.GradScaler | None = None
+    seed: int = 0
 
     @classmethod
     def of(cls, cfg, precision: str = "fp32", scaler: torch.amp.GradScaler | None = None) -> StepRecipe:
         """A ``TrainConfig``'s recipe at its resolved ``precision``."""
         return cls(
-            cfg.batch_size, cfg.augment, cfg.label_smoothing, cfg.mixup, cfg.clip_grad, precision, scaler
+            cfg.batch_size,
+            cfg.augment,
+            cfg.label_smoothing,
+            cfg.mixup,
+            cfg.clip_grad,
+            precision,
+            scaler,
+            cfg.seed,
         )
 
 
@@ -128,9 +137,9 @@ def train_one_epoch(
     ``after_step(share)`` runs after each optimizer step with the share of the planned epochs
     trained by then (a weight average's update, lookahead's sync).
     """
-    batch_size, augment, generator = recipe.batch_size, recipe.augment, clock.generator
+    batch_size, generator = recipe.batch_size, clock.generator
     epoch, epochs, lr_at = clock.epoch, clock.epochs, clock.lr_at
-    mixup, scaler, terms = recipe.mixup, recipe.scaler, terms or LossTerms()
+    scaler, terms = recipe.scaler, terms or LossTerms()
     model.train()
     device = split.x.device
     order = positions[torch.randperm(len(positions), generator=generator)].to(device)
@@ -147,7 +156,7 @@ def train_one_epoch(
         if allows is not None and not allows(b * batch_size, len(idx), lambda: time.perf_counter() - start):
             trained = b
             break
-        x, y, y_partner, lam = _batch(split, idx, augment, mixup, generator)
+        x, y, y_partner, lam = _batch(split, idx, recipe, clock)
         lr = lr_at((epoch + b / n_batches) / epochs)
         for group in optimizer.param_groups:  # growth's new layers may train at a multiple
             group["lr"] = lr * group.get("lr_scale", 1.0)
@@ -222,15 +231,18 @@ def _progress(n_batches: int, epoch: int, epochs: int, shown: bool) -> tqdm:
 
 
 def _batch(
-    split: Split, idx: torch.Tensor, augment: str, mixup: float, generator: torch.Generator
+    split: Split, idx: torch.Tensor, recipe: StepRecipe, clock: EpochClock
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, float]:
     """A training batch: its augmented inputs and labels; with mixup, blended with itself in
     another order, the partner labels and the share ``lam`` of the first."""
-    x = augment_batch(split.x[idx], augment, generator)
+    generator = clock.generator
+    x = augment_batch(
+        split.x[idx], recipe.augment, generator, positions=idx, epoch=clock.epoch, seed=recipe.seed
+    )
     y = split.y[idx]
-    if mixup <= 0:
+    if recipe.mixup <= 0:
         return x, y, None, 1.0
-    x, partner, lam = mixup_batch(x, mixup, generator)
+    x, partner, lam = mixup_batch(x, recipe.mixup, generator)
     return x, y, y[partner], lam
 
 
