@@ -28,6 +28,7 @@ from pipeline.run.request import TrainingRequest, run_training
 from pipeline.run.session import RunConfig, TrainingOutcome
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.training.config import TrainConfig
+from pipeline.training.stem import refuse_without_stem
 
 ENTRY_POINT = "train_dynamic"
 CONFIGS = (DataConfig, TrainConfig, GrowthConfig, DynamicCurriculumConfig, RunConfig, ExitConfig)
@@ -44,6 +45,7 @@ def prepare(
     growth_cfg.validate()
     data = load_data(data_cfg)
     start = resolve_spec(growth_cfg.start_spec, data.input_shape, data.num_classes)
+    refuse_without_stem(start, train_cfg.whiten_bias_epochs)  # growth neither adds nor moves a stem
     return data, start
 
 

@@ -23,6 +23,7 @@ from pipeline.run.request import TrainingRequest, run_training
 from pipeline.run.session import RunConfig, TrainingOutcome
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.training.config import TrainConfig
+from pipeline.training.stem import refuse_without_stem
 
 ENTRY_POINT = "train_static"
 
@@ -45,6 +46,7 @@ def prepare(
     spec = resolve_spec(static_cfg.spec, data.input_shape, data.num_classes)
     spec = with_exits(spec, exit_cfg.exits, train_cfg.epochs)
     refuse_tta_with_exits(spec, train_cfg.tta)
+    refuse_without_stem(spec, train_cfg.whiten_bias_epochs)
     exit_cfg.thresholds_for(spec)  # a wrong count fails now, not after training
     return data, spec
 

@@ -202,6 +202,19 @@ CASES = [
         (*SCORED, "--tta", "flip", "--exits", "stages"),
         "--tta flip with --exits",
     ),
+    Case("both flips", STATIC, (*SCORED, "--augment", "flip+altflip"), "flip and altflip are two ways"),
+    Case(
+        "a stem's bias to freeze without a stem",
+        STATIC,
+        (*SCORED, "--whiten-bias-epochs", "3"),
+        "--whiten-bias-epochs 3: network 'default' has no whitening stem",
+    ),
+    Case(
+        "a growing network's stem's bias to freeze without a stem",
+        DYNAMIC,
+        (*SCORED, "--whiten-bias-epochs", "3"),
+        "has no whitening stem",
+    ),
     Case("negative growth re-warm", DYNAMIC, (*SCORED, "--growth-rewarm", "-0.1"), "--growth-rewarm must be"),
     Case("zero growth rate scale", DYNAMIC, (*SCORED, "--growth-lr-scale", "0"), "--growth-lr-scale must be"),
     Case(

@@ -41,6 +41,7 @@ RECIPE_DEFAULTS = {
     "conv_init": "default",
     "bn_scale_frozen": "false",
     "bn_momentum": "0.1",
+    "whiten_bias_epochs": "0",
     "lookahead": "0",
 }
 

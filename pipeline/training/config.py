@@ -96,6 +96,12 @@ class TrainConfig:
         "how far each training step moves the batchnorms' running statistics, which validation "
         "and evaluate use (PyTorch's 0.1; airbench's 0.4, so they keep up with fast-changing weights)",
     )
+    whiten_bias_epochs: int = opt(
+        0,
+        "epochs the whitening stem's bias trains, then frozen, so each later step's backward pass "
+        "ends at the second layer's weights (airbench94: 3); 0: it trains throughout. Needs a "
+        "network whose first layer is a whiten",
+    )
     conv_init: str = opt(
         "default",
         "initial weights of every convbn's convolution in a new run: default (PyTorch's) or dirac "
@@ -178,6 +184,11 @@ class TrainConfig:
             raise ConfigError(f"--bn-bias-lr-scale must be positive, got {self.bn_bias_lr_scale}")
         if not 0 < self.bn_momentum <= 1:
             raise ConfigError(f"--bn-momentum must be a fraction in (0, 1], got {self.bn_momentum}")
+        if self.whiten_bias_epochs < 0:
+            raise ConfigError(
+                f"--whiten-bias-epochs must be a number of epochs (0: it trains throughout), got "
+                f"{self.whiten_bias_epochs}"
+            )
         if self.conv_init not in CONV_INITS:
             raise ConfigError(f"--conv-init {self.conv_init!r}: use one of {', '.join(CONV_INITS)}")
         if not 0 <= self.clip_grad < math.inf:

@@ -41,6 +41,7 @@ from pipeline.training.metrics import tier_accuracies
 from pipeline.training.pace import CheckpointPace
 from pipeline.training.probes import EpochProbe
 from pipeline.training.state import ArchitectureTrace, FitState, RunProgress
+from pipeline.training.stem import stem_bias_changes
 from pipeline.training.training_plan import TrainingPlan
 
 
@@ -225,7 +226,8 @@ class _EpochLoop:
 
     def grow(self, epoch: int) -> list[dict]:
         """The plan's growth before ``epoch``: the new model and optimizer; its events. What it
-        replaced is kept until the epoch's steps are paid (``undo_growth``)."""
+        replaced is kept until the epoch's steps are paid (``undo_growth``). Then the network
+        the epoch trains: with ``--whiten-bias-epochs N`` the stem's bias only in the first N."""
         state = self.state
         self.before_growth = _Network.of(self)
         with timing.timed(self.parts, "growth"):
@@ -240,6 +242,8 @@ class _EpochLoop:
             if state.lookahead is not None:  # nor its slow copy: it starts again from this one
                 state.lookahead = Lookahead(model, state.lookahead.every, state.lookahead.steps)
         state.model, state.optimizer = model, optimizer
+        if stem_bias_changes(model, epoch, self.cfg.whiten_bias_epochs):  # its backward pass too
+            self.flops = flops_per_example(model, self.data.input_shape)
         grown_at = self.lr_progress(epoch / state.progress.epochs)  # as the epoch begins
         for event in events:  # where the re-warm starts (learning_rate)
             event["progress"] = grown_at
