@@ -271,6 +271,18 @@ CASES = [
     Case("registry name with a colon in tune", "tune", (*TINY, "--registered-model", "a:b"), "a:b"),
     Case("study name the registry refuses", "tune", (*TINY, "--study-name", "lr/sw"), "--study-name, in"),
     Case(
+        "a stem's bias to freeze without a stem, in tune",
+        "tune",
+        (*TINY, "--whiten-bias-epochs", "3"),
+        "has no whitening stem",
+    ),
+    Case(
+        "a stem's bias to freeze without a stem, in a study",
+        "study",
+        (*TINY, "--seeds", "1", "--whiten-bias-epochs", "3"),
+        "has no whitening stem",
+    ),
+    Case(
         "negative hours to stop a study after",
         "study",
         (*TINY, "--seeds", "1", "--stop-after-hours", "-1"),

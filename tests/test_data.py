@@ -142,6 +142,16 @@ def test_batch_augmentation_is_exactly_a_flip_and_or_a_shift_of_each_image():
     ]
 
 
+def _fmix32_first_side(position: int, seed: int) -> bool:
+    """The first side of an image under alternating flips, by murmur3's 32-bit finaliser in
+    Python's own integers (no overflow to worry about): what the tensor code must match."""
+    mask = 0xFFFFFFFF
+    h = (position + ((seed * 0x9E3779B1) & mask)) & mask
+    h = ((h ^ (h >> 16)) * 0x85EBCA6B) & mask
+    h = ((h ^ (h >> 13)) * 0xC2B2AE35) & mask
+    return bool((h ^ (h >> 16)) & 1)
+
+
 def test_alternating_flips_mirror_a_random_half_then_each_image_every_other_epoch():
     positions = torch.arange(10_000)
     first = alternate_flips(positions, 0, seed=3)
@@ -155,6 +165,9 @@ def test_alternating_flips_mirror_a_random_half_then_each_image_every_other_epoc
     some = torch.tensor([9_999, 5, 17, 5])  # a batch: in any order, with repeats
     assert torch.equal(alternate_flips(some, 0, seed=3), first[some])
     assert 0.47 < float(first[::2].float().mean()) < 0.53  # no pattern in the positions' parity
+
+    for position, seed in [(0, 0), (1, 0), (12345, 3), (49_999, 2**40), (7, 1000)]:
+        assert bool(alternate_flips(torch.tensor([position]), 0, seed)) == _fmix32_first_side(position, seed)
 
     x = torch.randn(64, 3, 8, 8)
     picked = positions[100:164]

@@ -5,14 +5,22 @@ through a resume too."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
+import mlflow
 import pytest
 import torch
 
 from models.builder import build_model
 from models.flops import flops_per_example
 from models.spec import ArchSpec, resolve_spec
+from pipeline import train_static
 from pipeline.cli import ConfigError
+from pipeline.data.config import DataConfig
+from pipeline.data.splits import load_data
+from pipeline.run.length import static_training_flops, training_flops
+from pipeline.run.session import RunConfig
+from pipeline.train_static import StaticConfig
 from pipeline.training.config import TrainConfig
 from pipeline.training.epoch_loop import fit
 from pipeline.training.state import new_state
@@ -113,3 +121,25 @@ def test_a_network_without_a_stem_or_a_negative_count_is_refused(small_data):
     refuse_without_stem(_spec(small_data), 3)
     with pytest.raises(ConfigError, match="--whiten-bias-epochs must be a number of epochs"):
         dataclasses.replace(CFG, whiten_bias_epochs=-1).validate()
+
+
+def test_a_flops_budget_and_a_static_run_s_cost_know_the_stem_freezes(tracking):
+    """A static run's cost known beforehand (a study's reference) counts the frozen epochs
+    without the stem's backward pass, and a FLOPs budget of exactly that buys the whole run:
+    planned as if the bias trained throughout, it would buy an epoch fewer."""
+    data_cfg = DataConfig(subset=600)
+    data = load_data(data_cfg)
+    spec = _spec(data)
+    trains, frozen = (training_flops(spec, data.input_shape, each) for each in (False, True))
+    assert trains > frozen
+    expected = (trains + 2 * frozen) * len(data.train)  # epoch 0 trains the bias, 1 and 2 do not
+    assert static_training_flops(spec, data, 3, whiten_bias_epochs=1) == expected
+    assert static_training_flops(spec, data, 3) == 3 * trains * len(data.train)
+    layers = StaticConfig(spec=json.dumps({"layers": list(spec.layers)}))
+    whole = train_static.run(data_cfg, CFG, layers, run_cfg=RunConfig(progress=False))
+    assert whole.state.cumulative_train_flops == expected
+    budget = dataclasses.replace(CFG, budget=f"{expected}flops")
+    bought = train_static.run(data_cfg, budget, layers, run_cfg=RunConfig(progress=False))
+    assert mlflow.last_active_run().data.params["planned_epochs"] == "3"
+    assert bought.state.cumulative_train_flops == expected
+    assert expected < 3 * trains * len(data.train)  # counted as if the bias trained, 3 would not fit

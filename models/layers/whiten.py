@@ -7,7 +7,8 @@ training patches are decorrelated and of unit variance: the next layers start fr
 equal scale instead of the pixels' strongly correlated ones. Each filter comes twice, with
 either sign, so the ReLU after it drops nothing (C k^2 filters give 2 C k^2 channels: 24 for RGB
 and k = 2). The filters are a buffer, never trained (airbench freezes them too); the bias is a
-parameter and trains.
+parameter and trains (for the first epochs only with ``--whiten-bias-epochs``:
+``pipeline/training/stem.py``).
 
 A freshly built layer has random filters; ``fit`` sets them from a batch of images, which
 training does before its first step from up to 5,000 of the images it may train on

@@ -45,13 +45,13 @@ def plan_epochs(
     built: PlanBuilder,
     start: ArchSpec,
     n_train: int,
-    cost_per_example: Callable[[ArchSpec], float],
+    cost_per_example: Callable[[ArchSpec, int], float],
     batch_size: int,
     resumed_epochs: int = 0,
 ) -> tuple[int, SecondsPlanner | None]:
     """The planned epochs for ``budget`` (a resumed seconds run's ``resumed_epochs``: timing
-    again could plan others) and, for a seconds budget, its planner. ``cost_per_example(spec)``
-    is the budget unit's cost of training one example on ``spec``."""
+    again could plan others) and, for a seconds budget, its planner. ``cost_per_example(spec, epoch)``
+    is the budget unit's cost of training one example on ``spec`` in ``epoch``."""
 
     @functools.cache
     def planned_cost(epochs: int) -> float:
@@ -59,13 +59,13 @@ def plan_epochs(
         total = 0.0
         for epoch in range(epochs):
             n = planned_examples(plan.setup, epoch, epochs, n_train)
-            total += n * cost_per_example(spec_at_epoch(start, plan.events, epoch))
+            total += n * cost_per_example(spec_at_epoch(start, plan.events, epoch), epoch)
         return total
 
     if resumed_epochs:
         epochs = resumed_epochs
     else:
-        one_step = batch_size * cost_per_example(start)
+        one_step = batch_size * cost_per_example(start, 0)
         epochs = epochs_for(budget, planned_cost, one_step)
         if budget.unit == "seconds":  # the clock, not the plan, ends it (meter.py)
             epochs = min(MAX_EPOCHS, epochs + SECONDS_MARGIN_EPOCHS)
@@ -80,7 +80,8 @@ def plan_epochs(
             built(longer)
         except UserError:  # a run this long cannot work: re-planning stops short of it
             break
-    return epochs, SecondsPlanner(built, start, n_train, cost_per_example)
+    # a timing does not depend on the epoch: the planner measures what each epoch costs
+    return epochs, SecondsPlanner(built, start, n_train, lambda spec: cost_per_example(spec, 0))
 
 
 class WrittenInEpochs(Protocol):

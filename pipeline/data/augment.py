@@ -13,13 +13,21 @@ import torch
 # the two flips are one choice, never both. Each part draws from the generator only when it is
 # asked for, so adding a part changes no other combination's augmentation.
 AUGMENT_PARTS = ("flip", "altflip", "crop", "translate", "shift", "erase")
+FLIPS = {"flip", "altflip"}
+
+
+def both_flips(kind: str) -> bool:
+    """Whether ``kind`` asks for both ways to flip, which ``--augment`` refuses."""
+    return set(kind.split("+")) >= FLIPS
+
+
 AUGMENTATIONS = (
     "none",
     *(
         "+".join(parts)
         for n in range(1, len(AUGMENT_PARTS) + 1)
         for parts in itertools.combinations(AUGMENT_PARTS, n)
-        if not {"flip", "altflip"} <= set(parts)
+        if not both_flips("+".join(parts))
     ),
 )
 
@@ -90,10 +98,18 @@ def alternate_flips(positions: torch.Tensor, epoch: int, seed: int) -> torch.Ten
     turn: mirrored or not by the epoch's parity."""
     # murmur3's 32-bit finaliser, on the positions' device (no host synchronisation)
     h = (positions.long() + ((seed * 0x9E3779B1) & 0xFFFFFFFF)) & 0xFFFFFFFF
-    h = ((h ^ (h >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
-    h = ((h ^ (h >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
+    h = _times(h ^ (h >> 16), 0x85EBCA6B)
+    h = _times(h ^ (h >> 13), 0xC2B2AE35)
     first = ((h ^ (h >> 16)) & 1).bool()
     return first ^ bool(epoch % 2)
+
+
+def _times(h: torch.Tensor, c: int) -> torch.Tensor:
+    """``h * c`` modulo 2^32 for 32-bit ``h`` and ``c``, by halves of ``c`` so that no product
+    passes 2^49: a signed 64-bit product that overflows is not promised to wrap on every device."""
+    low = h * (c & 0xFFFF)
+    high = ((h * (c >> 16)) & 0xFFFF) << 16
+    return (low + high) & 0xFFFFFFFF
 
 
 def _crop(

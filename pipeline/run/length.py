@@ -33,6 +33,7 @@ from pipeline.run.resume import run_to_resume
 from pipeline.tracking.errors import UpstreamError
 from pipeline.training.config import TrainConfig
 from pipeline.training.loop import EpochClock, StepRecipe, train_one_epoch
+from pipeline.training.stem import set_stem_bias_trains, stem_frozen
 
 
 @dataclass
@@ -59,9 +60,20 @@ class RunLength:
         return None if self.budget.unit == "epochs" else BudgetMeter(self.budget, planner=self.planner)
 
 
-def static_training_flops(spec: ArchSpec, data: Data, epochs: int) -> float:
-    """A static run's training FLOPs, exact and known beforehand: every example, every epoch."""
-    return float(flops_per_example(build_model(spec), data.input_shape)["train"]) * len(data.train) * epochs
+def static_training_flops(spec: ArchSpec, data: Data, epochs: int, whiten_bias_epochs: int = 0) -> float:
+    """A static run's training FLOPs, exact and known beforehand: every example, every epoch,
+    the epochs after ``--whiten-bias-epochs`` without the stem's backward pass."""
+    frozen = [stem_frozen(epoch, whiten_bias_epochs) for epoch in range(epochs)]
+    per_example = {each: training_flops(spec, data.input_shape, each) for each in set(frozen)}
+    return float(sum(per_example[each] for each in frozen) * len(data.train))
+
+
+def training_flops(spec: ArchSpec, input_shape: tuple[int, ...], stem_is_frozen: bool = False) -> int:
+    """Training FLOPs of one example on ``spec``, with its whitening stem's bias frozen or not."""
+    model = build_model(spec)
+    if stem_is_frozen:
+        set_stem_bias_trains(model, False)
+    return flops_per_example(model, input_shape)["train"]
 
 
 def run_cost(run_id: str, unit: str) -> float:
@@ -139,14 +151,17 @@ def seconds_per_example(model: torch.nn.Module, split, cfg: TrainConfig, device:
     return stats.seconds / max(stats.examples, 1)
 
 
-def _cost_per_example(budget: Budget, train_cfg: TrainConfig, data: Data) -> Callable[[ArchSpec], float]:
-    """The budget unit's cost of training one example on a spec: its training FLOPs, or its
-    measured seconds (timed once per spec on the run's device)."""
+def _cost_per_example(budget: Budget, train_cfg: TrainConfig, data: Data) -> Callable[[ArchSpec, int], float]:
+    """The budget unit's cost of training one example on a spec in an epoch: its training FLOPs
+    (without the stem's backward pass once ``--whiten-bias-epochs`` have passed), or its
+    measured seconds (timed once per spec on the run's device; re-planning follows the epochs
+    as they come)."""
+    frozen_from = train_cfg.whiten_bias_epochs
 
     @functools.cache
-    def flops(spec_json: str) -> float:
-        model = build_model(ArchSpec.from_dict(json.loads(spec_json)))
-        return float(flops_per_example(model, data.input_shape)["train"])
+    def flops(spec_json: str, stem_is_frozen: bool) -> float:
+        spec = ArchSpec.from_dict(json.loads(spec_json))
+        return float(training_flops(spec, data.input_shape, stem_is_frozen))
 
     @functools.cache
     def seconds(spec_json: str) -> float:
@@ -158,5 +173,5 @@ def _cost_per_example(budget: Budget, train_cfg: TrainConfig, data: Data) -> Cal
             return seconds_per_example(model, first, train_cfg, device)
 
     if budget.unit == "seconds":
-        return lambda spec: seconds(spec.to_json())
-    return lambda spec: flops(spec.to_json())
+        return lambda spec, epoch: seconds(spec.to_json())
+    return lambda spec, epoch: flops(spec.to_json(), stem_frozen(epoch, frozen_from))

@@ -58,6 +58,7 @@ from pipeline.tracking.errors import one_line, raise_terminated
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.runs import RUN_TAGS, code_version, tracked_run
 from pipeline.training.config import TrainConfig
+from pipeline.training.stem import refuse_without_stem
 from pipeline.tune.study import STUDY_EXPERIMENT, STUDY_PARENT, check_parent, default_storage, redact
 
 CONFIGS = (DataConfig, TrainConfig, GridConfig, StudyConfig)
@@ -98,7 +99,7 @@ def study_runs(configs: tuple, parent: str, scores_run: str, data=None) -> Study
         recipe=grid_cfg.recipe,
         final=final,
         scores_run=scores_run,
-        reference_flops=static_training_flops(final, data, train_cfg.epochs),
+        reference_flops=static_training_flops(final, data, train_cfg.epochs, train_cfg.whiten_bias_epochs),
     )
 
 
@@ -197,7 +198,9 @@ def check_inputs(configs: tuple, data) -> None:
     """The networks, the schedule and a named scores run, refused in one line before anything
     is created (a study half made by bad input would block its name)."""
     _, train_cfg, grid_cfg, _ = configs
-    final_network(grid_cfg, train_cfg.epochs, data)
+    final = final_network(grid_cfg, train_cfg.epochs, data)
+    every_arm = dataclasses.replace(train_cfg, **recipe(grid_cfg.recipe).both)
+    refuse_without_stem(final, every_arm.whiten_bias_epochs)  # growth neither adds nor moves a stem
     if grid_cfg.scores_run != "auto":
         scores_run_metrics(grid_cfg.scores_run)
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from models.tta import TTAS
 from pipeline.cli import SEED_MAX, ConfigError, opt, option_name
-from pipeline.data.augment import AUGMENTATIONS
+from pipeline.data.augment import AUGMENTATIONS, both_flips
 from pipeline.device import pick_device
 from pipeline.precision import PRECISIONS, resolve_precision
 from pipeline.training.lr_schedule import LR_SCHEDULES
@@ -99,8 +99,8 @@ class TrainConfig:
     whiten_bias_epochs: int = opt(
         0,
         "epochs the whitening stem's bias trains, then frozen, so each later step's backward pass "
-        "ends at the second layer's weights (airbench94: 3); 0: it trains throughout. Needs a "
-        "network whose first layer is a whiten",
+        "ends at the second layer's weights (airbench94: 3); 0: it trains throughout. Epochs of "
+        "the run as it trains, whatever a --budget buys; needs a network whose first layer is a whiten",
     )
     conv_init: str = opt(
         "default",
@@ -201,7 +201,7 @@ class TrainConfig:
             raise ConfigError(f"--warmup must be a fraction in [0, 1), got {self.warmup}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ConfigError(f"--lr-schedule {self.lr_schedule!r}: use one of {', '.join(LR_SCHEDULES)}")
-        if {"flip", "altflip"} <= set(self.augment.split("+")):
+        if both_flips(self.augment):
             raise ConfigError(f"--augment {self.augment}: flip and altflip are two ways to flip: choose one")
         if self.augment not in AUGMENTATIONS:
             raise ConfigError(f"--augment {self.augment!r}: use one of {', '.join(AUGMENTATIONS)}")

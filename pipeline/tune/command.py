@@ -60,6 +60,7 @@ from pipeline.tracking.errors import raise_terminated
 from pipeline.tracking.guard import GuardedCommand, main_guard
 from pipeline.tracking.runs import tracked_run
 from pipeline.training.config import TrainConfig
+from pipeline.training.stem import refuse_without_stem
 from pipeline.tune import report, search_space
 from pipeline.tune.config import CONFIGS, ENTRY_POINT, SpaceConfig, StudyConfig, definition
 from pipeline.tune.study import (
@@ -166,6 +167,7 @@ def run(
         return _work_on(url, configs, worker_index)
     data = load_data(data_cfg)  # never the test split
     start = resolve_spec(space_cfg.start_spec, data.input_shape, data.num_classes)
+    refuse_without_stem(start, train_cfg.whiten_bias_epochs)  # before a study is created
     study, space, scores_run_id, note = _open_study(url, configs, data, worker_index)
     parent = study.user_attrs.get(STUDY_PARENT)
     if parent:
