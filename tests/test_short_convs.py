@@ -81,6 +81,19 @@ def test_the_airbench_recipe_is_a_valid_configuration_of_every_arm():
     both = recipe("airbench").both
     assert both["batch_size"] == 1024 and both["bn_bias_lr_scale"] == 64.0 and both["lookahead"] == 5
     TrainConfig(**both).validate()
+    # airbench94's pieces, each a change of one option over it, and all three together
+    changed = {
+        name: {k: v for k, v in recipe(name).both.items() if both.get(k) != v}
+        for name in ("airbench-altflip", "airbench-whiten3", "airbench-triangular", "airbench94")
+    }
+    assert changed["airbench-altflip"] == {"augment": "altflip+translate"}
+    assert changed["airbench-whiten3"] == {"whiten_bias_epochs": 3}
+    assert changed["airbench-triangular"] == {"lr_schedule": "triangular"}
+    assert changed["airbench94"] == {
+        "augment": "altflip+translate",
+        "whiten_bias_epochs": 3,
+        "lr_schedule": "triangular",
+    }
 
 
 def test_a_convpoolbn_pools_between_its_convolution_and_its_batchnorm():

@@ -46,6 +46,11 @@ AIRBENCH = {
     "tta": "flip+shift",
 }
 
+# airbench94's pieces our airbench93 port lacked, for the screen toward 90% (each alone, then all)
+ALTFLIP = {"augment": "altflip+translate"}
+WHITEN3 = {"whiten_bias_epochs": 3}
+TRIANGLE = {"lr_schedule": "triangular"}
+
 RECIPES: dict[str, Recipe] = {
     "base": Recipe("the study's options as given"),
     "retire": Recipe(
@@ -76,6 +81,17 @@ RECIPES: dict[str, Recipe] = {
     "airbench": Recipe(
         "airbench93's rates and pieces (lib_airbench93.py, translated to a mean loss), both arms",
         both=AIRBENCH,
+    ),
+    "airbench-altflip": Recipe("airbench with alternating flips, both arms", both={**AIRBENCH, **ALTFLIP}),
+    "airbench-whiten3": Recipe(
+        "airbench with the stem's bias trained for 3 epochs only, both arms", both={**AIRBENCH, **WHITEN3}
+    ),
+    "airbench-triangular": Recipe(
+        "airbench with its triangular learning-rate schedule, both arms", both={**AIRBENCH, **TRIANGLE}
+    ),
+    "airbench94": Recipe(
+        "airbench with all three: alternating flips, the stem's bias for 3 epochs, the triangle",
+        both={**AIRBENCH, **ALTFLIP, **WHITEN3, **TRIANGLE},
     ),
     "erase": Recipe("random erasing on both arms", both={"augment": "erase"}),
     "wd1e-3": Recipe("weight decay 1e-3 on both arms", both={"weight_decay": 1e-3}),
