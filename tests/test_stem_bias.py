@@ -123,6 +123,7 @@ def test_a_network_without_a_stem_or_a_negative_count_is_refused(small_data):
         dataclasses.replace(CFG, whiten_bias_epochs=-1).validate()
 
 
+@pytest.mark.slow
 def test_a_flops_budget_and_a_static_run_s_cost_know_the_stem_freezes(tracking):
     """A static run's cost known beforehand (a study's reference) counts the frozen epochs
     without the stem's backward pass, and a FLOPs budget of exactly that buys the whole run:
