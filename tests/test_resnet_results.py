@@ -190,3 +190,20 @@ def test_the_second_seed_of_growth_against_the_90_percent_baseline_is_what_the_r
         said = f"{-line.diff_points:.2f} at"  # "0.90 points at static's seconds", "0.37 at equal FLOPs"
         interval = f"({line.ci_low_points:+.2f} to {line.ci_high_points:+.2f})".replace("-", "−")
         assert said in readme.replace("points ", "") and interval in readme
+
+
+def test_seed_960_s_first_cells_and_the_grown_step_benchmark_are_what_the_residual_page_says():
+    rows = pd.read_csv(RESNET / "airbench-compare-960" / "cells.csv")
+    page = (RESNET / "README.md").read_text()
+    acc = rows.set_index("cell")["acc"]
+    assert set(acc.index) == {"static@epochs#960", "static@flops:0.5#960", "dynamic@flops:0.5#960"}
+    behind = 100 * (acc["dynamic@flops:0.5#960"] - acc["static@flops:0.5#960"])
+    assert f"| {100 * acc['dynamic@flops:0.5#960']:.2f}% | {behind:+.2f}".replace("-", "−") in page
+    assert f"static-22 {100 * acc['static@epochs#960']:.2f}% in" in page
+    study = json.loads((RESNET / "airbench-compare-960" / "study.json").read_text())
+    assert len(study["cells_missing"]) == 3
+    bench = (RESNET / "bench-grown-step.md").read_text()
+    grown = next(line for line in bench.splitlines() if line.startswith("| grown |"))
+    ratio = grown.split("|")[3].strip()  # "0.990 (0.911 to 1.001)"
+    median, low, high = (float(v) for v in ratio.replace("(", "").replace(")", "").replace("to", "").split())
+    assert f"the grown network {median:.2f}x static's time a step ({low:.2f} to {high:.2f})" in page
