@@ -65,13 +65,13 @@ def augment_batch(
         return x
     parts = kind.split("+")
     b = x.shape[0]
-    if "flip" in parts:
-        flip = torch.rand(b, generator=generator) < 0.5
-        x = torch.where(flip.to(x.device)[:, None, None, None], x.flip(3), x)
-    if "altflip" in parts:
-        if positions is None:
+    if "flip" in parts or "altflip" in parts:  # one or the other (both_flips)
+        if "flip" in parts:
+            flip = torch.rand(b, generator=generator) < 0.5
+        elif positions is None:
             raise ValueError("alternating flips need the images' positions in the training split")
-        flip = alternate_flips(positions, epoch, seed)
+        else:
+            flip = alternate_flips(positions, epoch, seed)
         x = torch.where(flip.to(x.device)[:, None, None, None], x.flip(3), x)
     if "crop" in parts:
         x = _crop(x, generator)
