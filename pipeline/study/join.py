@@ -13,6 +13,13 @@ comparison was preregistered on, makes a report on fewer of them say that it is 
 (and labels it exploratory). A grid option that only the newer studies recorded (one added to
 the study step between them) is accepted at the default the older ones trained with, and named
 in the report; at any other value the studies are refused.
+
+A study whose store was lost before all its cells trained is finished by a continuation: a study
+of its own, in a new store, on the same seeds and grid but for fewer budgets, that trains the
+missing cells again with their reference (``--continuation FOLDER``). Its cells replace the
+first study's of the same name (both readings of a cell trained twice are listed); the first
+study's other cells stay, unless one of them was given the seconds of a reference that the
+continuation trained again, which is refused.
 """
 
 from __future__ import annotations
@@ -29,7 +36,15 @@ import pandas as pd
 from pipeline.cli import ConfigError
 from pipeline.study import report
 from pipeline.study.config import added_since
-from pipeline.study.grid import comparisons, control_comparisons, parse_arms, parse_budget, parse_seeds
+from pipeline.study.grid import (
+    Cell,
+    cells,
+    comparisons,
+    control_comparisons,
+    parse_arms,
+    parse_budget,
+    parse_seeds,
+)
 from pipeline.tracking.errors import one_line, user_errors
 
 FILES = ("cells.csv", "preregistration.json", "study.json")
@@ -87,6 +102,86 @@ class StudyFolder:
         if "code" not in rows:  # its runs may well record it: say where it is missing
             rows = rows.assign(code=CODE_NOT_IN_TABLE)
         return StudyFolder(path, rows, prereg, doc)
+
+
+def grid_cells(prereg: dict) -> list[Cell]:
+    """The cells a study's preregistered grid names, on its seeds."""
+    grid = prereg["grid"]
+    budgets = tuple(parse_budget(b) for b in grid["budgets"].split(","))
+    return cells(parse_arms(grid["arms"]), budgets, tuple(prereg["seeds"]))
+
+
+def check_continues(first: StudyFolder, later: StudyFolder) -> None:
+    """Refuse ``later`` as a continuation of ``first`` unless it is the same comparison on the
+    same seeds and grid, fewer budgets apart, and leaves no kept cell matched to a reference it
+    trained again."""
+    said = f"--continuation {later.path} of {first.path}"
+    for key in ("metric", "correction", "alpha", "seeds"):
+        if later.prereg[key] != first.prereg[key]:
+            raise ConfigError(
+                f"{said}: it preregistered {key} {later.prereg[key]!r}, not {first.prereg[key]!r}"
+            )
+    for key in ("phase", "epochs", "static_spec"):
+        if later.doc[key] != first.doc[key]:
+            raise ConfigError(f"{said}: its {key} is {later.doc[key]!r}, not {first.doc[key]!r}")
+    mine, theirs = later.prereg["grid"]["budgets"].split(","), first.prereg["grid"]["budgets"].split(",")
+    extra = [b for b in mine if b not in theirs]
+    if extra:
+        raise ConfigError(f"{said}: its budgets {','.join(extra)} are not in the study it continues")
+    stray = [c for c in later.prereg["comparisons"] if c not in first.prereg["comparisons"]]
+    if stray:
+        raise ConfigError(f"{said}: it preregistered {stray}, which the study it continues did not")
+    # its grid with the first's budgets is the first's grid: every other option checked as a join does
+    grid = {**later.prereg["grid"], "budgets": first.prereg["grid"]["budgets"]}
+    check_grids([first, StudyFolder(later.path, later.rows, {**later.prereg, "grid": grid}, later.doc)])
+    retrained = {c.key for c in grid_cells(later.prereg)}
+    kept = [Cell.from_key(key) for key in first.rows["cell"] if key not in retrained]
+    rematched = [c.key for c in kept if c.needs_reference_run and c.reference.key in retrained]
+    if rematched:
+        raise ConfigError(
+            f"{said}: it trained the reference of {', '.join(rematched)} again, whose seconds that cell "
+            "was given: train it in the continuation too"
+        )
+
+
+def continued(first: StudyFolder, later: StudyFolder) -> StudyFolder:
+    """``first`` with ``later``'s cells in place of its own of the same name, and what was
+    replaced, with both readings, in its summary (``continued``)."""
+    check_continues(first, later)
+    retrained = {c.key for c in grid_cells(later.prereg)}
+    replaced = first.rows[first.rows["cell"].isin(retrained)]
+    rows = pd.concat([first.rows[~first.rows["cell"].isin(retrained)], later.rows], ignore_index=True)
+    missing = [c for c in first.doc.get("cells_missing", []) if c not in retrained]
+    doc = {
+        **first.doc,
+        "cells_missing": missing + list(later.doc.get("cells_missing", [])),
+        "continued": {
+            "by": later.prereg["study"],
+            "cells": sorted(retrained),
+            "superseded": [
+                {"cell": r["cell"], "acc": r["acc"], "run_id": r.get("run_id", "")}
+                for r in replaced.to_dict("records")
+            ],
+            "scoring": (later.doc.get("scoring") or {}).get("run", "not recorded"),
+        },
+    }
+    return StudyFolder(first.path, rows, first.prereg, doc)
+
+
+def with_continuations(studies: list[StudyFolder], later: list[StudyFolder]) -> list[StudyFolder]:
+    """The studies, each continued by the continuation on its seeds (one study each at most)."""
+    out = list(studies)
+    for cont in later:
+        matches = [i for i, s in enumerate(out) if s.seeds == cont.seeds]
+        if len(matches) != 1:
+            raise ConfigError(
+                f"--continuation {cont.path} (seeds {list(cont.seeds)}) continues "
+                f"{'no' if not matches else 'more than one'} study named: pass the study it continues too"
+            )
+        if "continued" in out[matches[0]].doc:
+            raise ConfigError(f"{out[matches[0]].path} has two continuations: pass one")
+        out[matches[0]] = continued(out[matches[0]], cont)
+    return out
 
 
 def check_joinable(studies: list[StudyFolder]) -> dict[str, dict[str, str]]:
@@ -147,6 +242,16 @@ def all_seeds(studies: list[StudyFolder]) -> tuple[int, ...]:
     return tuple(sorted(s for study in studies for s in study.seeds))
 
 
+def scored_by(studies: list[StudyFolder]) -> dict[str, str]:
+    """Each study's difficulty-scoring run, and each continuation's (scored again in its store)."""
+    out = {}
+    for s in studies:
+        out[s.prereg["study"]] = (s.doc.get("scoring") or {}).get("run", "not recorded")
+        if "continued" in s.doc:
+            out[s.doc["continued"]["by"]] = s.doc["continued"]["scoring"]
+    return out
+
+
 def joined_doc(studies: list[StudyFolder], preregistered: tuple[int, ...]) -> dict:
     """The joined report's summary: what ``report.write`` needs, the studies it reads, and
     whether it covers every preregistered seed."""
@@ -164,11 +269,11 @@ def joined_doc(studies: list[StudyFolder], preregistered: tuple[int, ...]) -> di
         "epochs": first["epochs"],
         "static_spec": first["static_spec"],
         "studies": [
-            {"study": s.prereg["study"], "seeds": list(s.seeds), "label": s.doc["label"]} for s in studies
+            {"study": s.prereg["study"], "seeds": list(s.seeds), "label": s.doc["label"]}
+            | ({"continued": s.doc["continued"]} if "continued" in s.doc else {})
+            for s in studies
         ],
-        "scored_by": {
-            s.prereg["study"]: (s.doc.get("scoring") or {}).get("run", "not recorded") for s in studies
-        },
+        "scored_by": scored_by(studies),
         "cells_finished": sum(len(s.rows) for s in studies),
         "cells_missing": [c for s in studies for c in s.doc.get("cells_missing", [])],
     }
@@ -192,14 +297,20 @@ def joined_doc(studies: list[StudyFolder], preregistered: tuple[int, ...]) -> di
     return doc
 
 
-def join(folders: list[Path], out: Path, preregistered: tuple[int, ...] = ()) -> tuple[pd.DataFrame, dict]:
+def join(
+    folders: list[Path],
+    out: Path,
+    preregistered: tuple[int, ...] = (),
+    continuations: list[Path] = (),
+) -> tuple[pd.DataFrame, dict]:
     """The joined report in ``out`` (report.write's files); returns its comparison table and
-    summary (``study.json``). The
-    files are written beside ``out`` and moved there whole, so a failed join leaves no report
-    that looks finished."""
+    summary (``study.json``). ``continuations`` finish the studies on their seeds (see the
+    module's docstring). The files are written beside ``out`` and moved there whole, so a failed
+    join leaves no report that looks finished."""
     if not folders:
         raise ConfigError("name at least one study folder to join")
-    studies = [StudyFolder.read(Path(f)) for f in folders]
+    later = [StudyFolder.read(Path(f)) for f in continuations]
+    studies = with_continuations([StudyFolder.read(Path(f)) for f in folders], later)
     only_some = check_joinable(studies)
     doc = joined_doc(studies, preregistered)
     if only_some:
@@ -216,7 +327,7 @@ def join(folders: list[Path], out: Path, preregistered: tuple[int, ...] = ()) ->
         )
     rows = pd.concat([s.rows for s in studies], ignore_index=True)
     seeds = preregistered or all_seeds(studies)
-    out = check_out(out, studies)
+    out = check_out(out, studies + later)
     staging, old = out.with_name(out.name + ".writing"), out.with_name(out.name + ".old")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -261,9 +372,17 @@ def check_out(out: Path, studies: list[StudyFolder]) -> Path:
 @click.option(
     "--seeds", default="", help="the seeds the joined comparison was preregistered on, e.g. 958-962"
 )
-def main(folders: tuple[Path, ...], out: Path, seeds: str) -> None:
+@click.option(
+    "--continuation",
+    "continuations",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="a study that trained again, in a new store, some cells of the study on its seeds (whose "
+    "store was lost) with their reference: its cells replace that study's of the same name",
+)
+def main(folders: tuple[Path, ...], out: Path, seeds: str, continuations: tuple[Path, ...]) -> None:
     try:
-        table, doc = join(list(folders), out, parse_seeds(seeds) if seeds else ())
+        table, doc = join(list(folders), out, parse_seeds(seeds) if seeds else (), list(continuations))
     except user_errors() as err:
         click.echo(f"error: {one_line(err)}", err=True)
         sys.exit(2)

@@ -384,6 +384,9 @@ def _joined_lines(summary_doc: dict) -> list[str]:
         )
         n = len(summary_doc["studies"])
         lines.append(f"Joined from {n} {'study' if n == 1 else 'studies'} of one grid: {joined}.")
+    for study in summary_doc.get("studies", []):
+        if "continued" in study:
+            lines.append(_continued_line(study["study"], study["continued"]))
     if summary_doc.get("preregistered_seeds"):
         lines.append(f"Seeds preregistered for the joined comparison: {summary_doc['preregistered_seeds']}.")
     if summary_doc.get("partial"):
@@ -395,6 +398,17 @@ def _joined_lines(summary_doc: dict) -> list[str]:
         said = ", ".join(f"{study}: {value}" for study, value in values.items())
         lines.append(f"Option {key} recorded by only some of the studies ({said}).")
     return lines
+
+
+def _continued_line(study: str, cont: dict) -> str:
+    """What a continuation replaced: its cells, and the first study's readings it superseded."""
+    superseded = ", ".join(
+        f"{r['cell']} {100 * float(r['acc']):.2f}% (run {r['run_id']})" for r in cont["superseded"]
+    )
+    return (
+        f"{study} continued by {cont['by']} (a study in a new store): its cells {', '.join(cont['cells'])} "
+        f"are the continuation's; superseded, not counted: {superseded or 'none'}."
+    )
 
 
 def _caution(versions: dict[str, int]) -> str:

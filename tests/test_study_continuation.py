@@ -1,0 +1,126 @@
+"""A study finished by a continuation (pipeline/study/join.py, ``--continuation``): seed 960's
+first study, whose store was lost with three cells queued, joined with a study that trained those
+cells again with their reference in a new store. The continuation here is built from seed 959's
+real cells relabelled as 960's (the real one is read by tests/test_resnet_results.py), so that
+which reading counts can be told apart."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline.study import join
+
+RESNET = Path(__file__).resolve().parents[1] / "docs" / "results" / "resnet"
+FIRST = RESNET / "airbench-compare-960"  # three cells finished, three missing
+SEED_959 = RESNET / "airbench-compare-959"
+ARMS = "static,dynamic,dynamic-random@seconds"  # the preregistered grid's
+SECONDS_AND_FLOPS = ("static@epochs", "dynamic@flops:1", "dynamic@seconds", "dynamic-random@seconds")
+
+
+def continuation(
+    tmp_path: Path, name: str = "c", budgets: str = "seconds,flops:1", seed: int = 960, **grid
+) -> Path:
+    """A continuation of ``FIRST`` at ``budgets``: seed 959's cells at those budgets as ``seed``'s,
+    with the preregistration a study with those budgets writes."""
+    folder = tmp_path / name
+    folder.mkdir()
+    cells = pd.read_csv(SEED_959 / "cells.csv", dtype=join.TEXT_COLUMNS)
+    owned = {
+        c.key.rpartition("#")[0]
+        for c in join.grid_cells({"grid": {"arms": ARMS, "budgets": budgets}, "seeds": [959]})
+    }
+    cells = cells[cells["cell"].str.rpartition("#")[0].isin(owned)].copy()
+    cells["seed"] = seed
+    cells["cell"] = cells["cell"].str.replace("#959", f"#{seed}")
+    cells.to_csv(folder / "cells.csv", index=False)
+    prereg = json.loads((FIRST / "preregistration.json").read_text())
+    family = [
+        c.name
+        for c in join.comparisons(join.parse_arms(ARMS), tuple(map(join.parse_budget, budgets.split(","))))
+    ]
+    prereg.update(study=f"airbench-compare-960-{name}", seeds=[seed], comparisons=family)
+    prereg["grid"].update(budgets=budgets, seeds=str(seed), **grid)
+    (folder / "preregistration.json").write_text(json.dumps(prereg))
+    doc = json.loads((SEED_959 / "study.json").read_text())
+    doc.update(
+        study=prereg["study"], seeds=str(seed), cells_missing=[], scoring={"run": "rescored", "seconds": 1.0}
+    )
+    (folder / "study.json").write_text(json.dumps(doc))
+    return folder
+
+
+def test_a_continuation_replaces_the_cells_it_trained_again_and_keeps_the_rest(tmp_path):
+    later = continuation(tmp_path)
+    table, doc = join.join(
+        [RESNET / "airbench-compare-958", SEED_959, FIRST],
+        tmp_path / "joined",
+        (958, 959, 960, 961, 962),
+        [later],
+    )
+    rows = pd.read_csv(tmp_path / "joined" / "cells.csv")
+    mine = rows[rows["seed"] == 960].set_index("cell")
+    assert len(rows) == 18 and len(mine) == 6
+    first = pd.read_csv(FIRST / "cells.csv").set_index("cell")
+    relabelled = pd.read_csv(later / "cells.csv").set_index("cell")
+    # the reference and the cells matched to it are the continuation's; the half-FLOPs pair the first's
+    for cell in (f"{c}#960" for c in SECONDS_AND_FLOPS):
+        assert mine.loc[cell, "run_id"] == relabelled.loc[cell, "run_id"]
+    for cell in ("static@flops:0.5#960", "dynamic@flops:0.5#960"):
+        assert mine.loc[cell, "run_id"] == first.loc[cell, "run_id"]
+    assert doc["cells_missing"] == [] and doc["cells_finished"] == 18
+    (study,) = [s for s in doc["studies"] if s["study"] == "airbench-compare-960"]
+    superseded = study["continued"]["superseded"]
+    assert [(s["cell"], s["run_id"]) for s in superseded] == [
+        ("static@epochs#960", first.loc["static@epochs#960", "run_id"])
+    ]
+    assert doc["scored_by"]["airbench-compare-960-c"] == "rescored"
+    text = (tmp_path / "joined" / "report.md").read_text()
+    assert (
+        "airbench-compare-960 continued by airbench-compare-960-c (a study in a new store): its cells "
+        "dynamic-random@seconds#960, dynamic@flops:1#960, dynamic@seconds#960, static@epochs#960 are the "
+        "continuation's; superseded, not counted: static@epochs#960 89.45% "
+        "(run e86348d0fa3e4ec3916692189a3e9cc9)."
+    ) in text
+    # every preregistered line now has three pairs, 960's seconds pair on the continuation's one boot
+    assert set(table["n"]) == {3} and doc["seconds_on_another_machine"] == []
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (
+            lambda t: [continuation(t, budgets="seconds,flops:0.25")],
+            "its budgets flops:0.25 are not in the study",
+        ),
+        (lambda t: [continuation(t, epochs="12")], "trained with epochs '12'"),
+        (lambda t: [continuation(t, seed=961)], "continues no study named"),
+        (lambda t: [continuation(t, "a"), continuation(t, "b")], "has two continuations"),
+    ],
+    ids=["more-budgets", "other-grid", "no-such-study", "two"],
+)
+def test_a_continuation_of_another_grid_or_study_is_refused_in_one_line(tmp_path, make, says):
+    continuations = [arg for folder in make(tmp_path) for arg in ("--continuation", folder)]
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.study.join", FIRST, *continuations, "--out", tmp_path / "joined"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and says in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "joined").exists()
+
+
+def test_a_kept_cell_matched_to_a_reference_trained_again_is_refused(tmp_path):
+    # seed 959 finished whole; a continuation of its reference alone would leave its seconds
+    # cells paired with a run whose seconds they were not given
+    first = tmp_path / "first"
+    shutil.copytree(SEED_959, first)
+    later = continuation(tmp_path, budgets="flops:1", seed=959)
+    with pytest.raises(join.ConfigError, match="trained the reference of dynamic@seconds#959 again"):
+        join.join([first], tmp_path / "joined", (), [later])
