@@ -25,10 +25,17 @@ SECONDS_AND_FLOPS = ("static@epochs", "dynamic@flops:1", "dynamic@seconds", "dyn
 
 
 def continuation(
-    tmp_path: Path, name: str = "c", budgets: str = "seconds,flops:1", seed: int = 960, **grid
+    tmp_path: Path,
+    name: str = "c",
+    budgets: str = "seconds,flops:1",
+    seed: int = 960,
+    unfinished: str = "",
+    metric: str = "test/acc",
+    **grid,
 ) -> Path:
     """A continuation of ``FIRST`` at ``budgets``: seed 959's cells at those budgets as ``seed``'s,
-    with the preregistration a study with those budgets writes."""
+    trained on another boot, with the preregistration a study with those budgets writes;
+    ``unfinished``, a cell it left missing."""
     folder = tmp_path / name
     folder.mkdir()
     cells = pd.read_csv(SEED_959 / "cells.csv", dtype=join.TEXT_COLUMNS)
@@ -39,18 +46,23 @@ def continuation(
     cells = cells[cells["cell"].str.rpartition("#")[0].isin(owned)].copy()
     cells["seed"] = seed
     cells["cell"] = cells["cell"].str.replace("#959", f"#{seed}")
+    cells["boot"] = "another-boot"  # a new machine: its seconds cells must pair with its own reference
+    cells = cells[cells["cell"] != unfinished]
     cells.to_csv(folder / "cells.csv", index=False)
     prereg = json.loads((FIRST / "preregistration.json").read_text())
     family = [
         c.name
         for c in join.comparisons(join.parse_arms(ARMS), tuple(map(join.parse_budget, budgets.split(","))))
     ]
-    prereg.update(study=f"airbench-compare-960-{name}", seeds=[seed], comparisons=family)
+    prereg.update(study=f"airbench-compare-960-{name}", seeds=[seed], comparisons=family, metric=metric)
     prereg["grid"].update(budgets=budgets, seeds=str(seed), **grid)
     (folder / "preregistration.json").write_text(json.dumps(prereg))
     doc = json.loads((SEED_959 / "study.json").read_text())
     doc.update(
-        study=prereg["study"], seeds=str(seed), cells_missing=[], scoring={"run": "rescored", "seconds": 1.0}
+        study=prereg["study"],
+        seeds=str(seed),
+        cells_missing=[unfinished] if unfinished else [],
+        scoring={"run": "rescored", "seconds": 1.0},
     )
     (folder / "study.json").write_text(json.dumps(doc))
     return folder
@@ -86,10 +98,27 @@ def test_a_continuation_replaces_the_cells_it_trained_again_and_keeps_the_rest(t
         "airbench-compare-960 continued by airbench-compare-960-c (a study in a new store): its cells "
         "dynamic-random@seconds#960, dynamic@flops:1#960, dynamic@seconds#960, static@epochs#960 are the "
         "continuation's; superseded, not counted: static@epochs#960 89.45% "
-        "(run e86348d0fa3e4ec3916692189a3e9cc9)."
+        "(run e86348d0fa3e4ec3916692189a3e9cc9), now 89.42% (run "
     ) in text
     # every preregistered line now has three pairs, 960's seconds pair on the continuation's one boot
     assert set(table["n"]) == {3} and doc["seconds_on_another_machine"] == []
+    assert mine.loc["dynamic@seconds#960", "boot"] == mine.loc["static@epochs#960", "boot"] == "another-boot"
+    assert mine.loc["dynamic@flops:0.5#960", "boot"] != "another-boot"  # FLOPs-matched: any boot
+
+
+def test_a_cell_the_continuation_left_missing_is_missing_and_its_options_are_named(tmp_path):
+    # whiten_bias_epochs came into the study step after the first study: accepted at its default
+    later = continuation(tmp_path, unfinished="dynamic-random@seconds#960", whiten_bias_epochs="0")
+    table, doc = join.join([FIRST], tmp_path / "joined", (), [later])
+    assert doc["cells_missing"] == ["dynamic-random@seconds#960"] and doc["cells_finished"] == 5
+    (line,) = table[table["comparison"] == "dynamic-random@seconds vs static@epochs"].to_dict("records")
+    assert line["n"] == 0
+    text = (tmp_path / "joined" / "report.md").read_text()
+    assert (
+        "Option whiten_bias_epochs recorded by only one of the two (airbench-compare-960: not recorded, "
+        "airbench-compare-960-c: 0)."
+    ) in text
+    assert "Missing, reported as missing and not replaced: 1 cell(s): dynamic-random@seconds#960." in text
 
 
 @pytest.mark.parametrize(
@@ -100,10 +129,12 @@ def test_a_continuation_replaces_the_cells_it_trained_again_and_keeps_the_rest(t
             "its budgets flops:0.25 are not in the study",
         ),
         (lambda t: [continuation(t, epochs="12")], "trained with epochs '12'"),
-        (lambda t: [continuation(t, seed=961)], "continues no study named"),
+        (lambda t: [continuation(t, whiten_bias_epochs="3")], "trained with whiten_bias_epochs '3'"),
+        (lambda t: [continuation(t, metric="val/acc")], "it preregistered metric 'val/acc', not 'test/acc'"),
+        (lambda t: [continuation(t, seed=961)], "no study named is on exactly its seeds [961]"),
         (lambda t: [continuation(t, "a"), continuation(t, "b")], "has two continuations"),
     ],
-    ids=["more-budgets", "other-grid", "no-such-study", "two"],
+    ids=["more-budgets", "other-grid", "newer-option-set", "other-metric", "no-such-study", "two"],
 )
 def test_a_continuation_of_another_grid_or_study_is_refused_in_one_line(tmp_path, make, says):
     continuations = [arg for folder in make(tmp_path) for arg in ("--continuation", folder)]

@@ -111,29 +111,38 @@ def grid_cells(prereg: dict) -> list[Cell]:
     return cells(parse_arms(grid["arms"]), budgets, tuple(prereg["seeds"]))
 
 
-def check_continues(first: StudyFolder, later: StudyFolder) -> None:
+def check_continues(first: StudyFolder, later: StudyFolder) -> dict[str, dict[str, str]]:
     """Refuse ``later`` as a continuation of ``first`` unless it is the same comparison on the
     same seeds and grid, fewer budgets apart, and leaves no kept cell matched to a reference it
-    trained again."""
+    trained again; return the options only one of them recorded (``check_grids``)."""
     said = f"--continuation {later.path} of {first.path}"
-    for key in ("metric", "correction", "alpha", "seeds"):
+    for key in ("metric", "correction", "alpha"):
         if later.prereg[key] != first.prereg[key]:
             raise ConfigError(
-                f"{said}: it preregistered {key} {later.prereg[key]!r}, not {first.prereg[key]!r}"
+                f"{said}: it preregistered {key} {later.prereg[key]!r}, not {first.prereg[key]!r}: "
+                "a continuation preregisters the study's comparison"
             )
     for key in ("phase", "epochs", "static_spec"):
         if later.doc[key] != first.doc[key]:
-            raise ConfigError(f"{said}: its {key} is {later.doc[key]!r}, not {first.doc[key]!r}")
-    mine, theirs = later.prereg["grid"]["budgets"].split(","), first.prereg["grid"]["budgets"].split(",")
-    extra = [b for b in mine if b not in theirs]
+            raise ConfigError(
+                f"{said}: its {key} is {later.doc[key]!r}, not {first.doc[key]!r}: give it the "
+                "study's options"
+            )
+    theirs = first.prereg["grid"]["budgets"]
+    extra = [b for b in later.prereg["grid"]["budgets"].split(",") if parse_budget(b) not in _budgets(theirs)]
     if extra:
-        raise ConfigError(f"{said}: its budgets {','.join(extra)} are not in the study it continues")
+        raise ConfigError(
+            f"{said}: its budgets {','.join(extra)} are not in the study it continues ({theirs}): "
+            "a continuation trains some of the study's budgets"
+        )
     stray = [c for c in later.prereg["comparisons"] if c not in first.prereg["comparisons"]]
     if stray:
         raise ConfigError(f"{said}: it preregistered {stray}, which the study it continues did not")
     # its grid with the first's budgets is the first's grid: every other option checked as a join does
-    grid = {**later.prereg["grid"], "budgets": first.prereg["grid"]["budgets"]}
-    check_grids([first, StudyFolder(later.path, later.rows, {**later.prereg, "grid": grid}, later.doc)])
+    grid = {**later.prereg["grid"], "budgets": theirs}
+    only_some = check_grids(
+        [first, StudyFolder(later.path, later.rows, {**later.prereg, "grid": grid}, later.doc)]
+    )
     retrained = {c.key for c in grid_cells(later.prereg)}
     kept = [Cell.from_key(key) for key in first.rows["cell"] if key not in retrained]
     rematched = [c.key for c in kept if c.needs_reference_run and c.reference.key in retrained]
@@ -142,27 +151,46 @@ def check_continues(first: StudyFolder, later: StudyFolder) -> None:
             f"{said}: it trained the reference of {', '.join(rematched)} again, whose seconds that cell "
             "was given: train it in the continuation too"
         )
+    return only_some
+
+
+def _budgets(text: str) -> set:
+    return {parse_budget(b) for b in text.split(",")}
 
 
 def continued(first: StudyFolder, later: StudyFolder) -> StudyFolder:
     """``first`` with ``later``'s cells in place of its own of the same name, and what was
     replaced, with both readings, in its summary (``continued``)."""
-    check_continues(first, later)
+    only_some = check_continues(first, later)
     retrained = {c.key for c in grid_cells(later.prereg)}
     replaced = first.rows[first.rows["cell"].isin(retrained)]
+    now = later.rows.set_index("cell")
     rows = pd.concat([first.rows[~first.rows["cell"].isin(retrained)], later.rows], ignore_index=True)
     missing = [c for c in first.doc.get("cells_missing", []) if c not in retrained]
+    labels = {first.doc["label"], later.doc["label"]}
     doc = {
         **first.doc,
+        "label": "confirmatory" if labels == {"confirmatory"} else "exploratory",
         "cells_missing": missing + list(later.doc.get("cells_missing", [])),
+        "cells_counted_twice": [
+            *first.doc.get("cells_counted_twice", []),
+            *later.doc.get("cells_counted_twice", []),
+        ],
         "continued": {
             "by": later.prereg["study"],
             "cells": sorted(retrained),
             "superseded": [
-                {"cell": r["cell"], "acc": r["acc"], "run_id": r.get("run_id", "")}
+                {
+                    "cell": r["cell"],
+                    "acc": r["acc"],
+                    "run_id": r.get("run_id", ""),
+                    "now_acc": now["acc"].get(r["cell"], float("nan")),
+                    "now_run_id": now["run_id"].get(r["cell"], "") if "run_id" in now else "",
+                }
                 for r in replaced.to_dict("records")
             ],
             "scoring": (later.doc.get("scoring") or {}).get("run", "not recorded"),
+            "recorded_by_one": only_some,
         },
     }
     return StudyFolder(first.path, rows, first.prereg, doc)
@@ -172,11 +200,16 @@ def with_continuations(studies: list[StudyFolder], later: list[StudyFolder]) -> 
     """The studies, each continued by the continuation on its seeds (one study each at most)."""
     out = list(studies)
     for cont in later:
-        matches = [i for i, s in enumerate(out) if s.seeds == cont.seeds]
-        if len(matches) != 1:
+        matches = [i for i, s in enumerate(out) if set(s.seeds) == set(cont.seeds)]
+        if not matches:
             raise ConfigError(
-                f"--continuation {cont.path} (seeds {list(cont.seeds)}) continues "
-                f"{'no' if not matches else 'more than one'} study named: pass the study it continues too"
+                f"--continuation {cont.path}: no study named is on exactly its seeds "
+                f"{list(cont.seeds)}: pass the study it continues too"
+            )
+        if len(matches) > 1:
+            raise ConfigError(
+                f"--continuation {cont.path}: its seeds {list(cont.seeds)} are in more than one study "
+                "named: a seed counts once (pass each study once)"
             )
         if "continued" in out[matches[0]].doc:
             raise ConfigError(f"{out[matches[0]].path} has two continuations: pass one")
@@ -301,7 +334,7 @@ def join(
     folders: list[Path],
     out: Path,
     preregistered: tuple[int, ...] = (),
-    continuations: list[Path] = (),
+    continuations: tuple[Path, ...] = (),
 ) -> tuple[pd.DataFrame, dict]:
     """The joined report in ``out`` (report.write's files); returns its comparison table and
     summary (``study.json``). ``continuations`` finish the studies on their seeds (see the
@@ -382,7 +415,7 @@ def check_out(out: Path, studies: list[StudyFolder]) -> Path:
 )
 def main(folders: tuple[Path, ...], out: Path, seeds: str, continuations: tuple[Path, ...]) -> None:
     try:
-        table, doc = join(list(folders), out, parse_seeds(seeds) if seeds else (), list(continuations))
+        table, doc = join(list(folders), out, parse_seeds(seeds) if seeds else (), continuations)
     except user_errors() as err:
         click.echo(f"error: {one_line(err)}", err=True)
         sys.exit(2)

@@ -401,14 +401,27 @@ def _joined_lines(summary_doc: dict) -> list[str]:
 
 
 def _continued_line(study: str, cont: dict) -> str:
-    """What a continuation replaced: its cells, and the first study's readings it superseded."""
+    """What a continuation replaced: its cells, each reading of the first study it superseded
+    beside the continuation's own, and the options only one of the two recorded."""
     superseded = ", ".join(
-        f"{r['cell']} {100 * float(r['acc']):.2f}% (run {r['run_id']})" for r in cont["superseded"]
+        f"{r['cell']} {_reading(r['acc'], r['run_id'])}, now {_reading(r['now_acc'], r['now_run_id'])}"
+        for r in cont["superseded"]
     )
-    return (
+    line = (
         f"{study} continued by {cont['by']} (a study in a new store): its cells {', '.join(cont['cells'])} "
         f"are the continuation's; superseded, not counted: {superseded or 'none'}."
     )
+    for key, values in cont.get("recorded_by_one", {}).items():
+        said = ", ".join(f"{name}: {value}" for name, value in values.items())
+        line += f" Option {key} recorded by only one of the two ({said})."
+    return line
+
+
+def _reading(acc, run_id) -> str:
+    """A cell's accuracy and run as a report line says them; what a table lacks, said so."""
+    acc = float(acc) if acc is not None else math.nan
+    run = run_id if isinstance(run_id, str) and run_id else "not recorded"
+    return f"{100 * acc:.2f}% (run {run})" if math.isfinite(acc) else f"no reading (run {run})"
 
 
 def _caution(versions: dict[str, int]) -> str:
