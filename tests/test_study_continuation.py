@@ -47,6 +47,7 @@ def continuation(
     cells["seed"] = seed
     cells["cell"] = cells["cell"].str.replace("#959", f"#{seed}")
     cells["boot"] = "another-boot"  # a new machine: its seconds cells must pair with its own reference
+    cells["run_id"] = cells["run_id"] + f"-{name}"  # each continuation's runs its own
     cells = cells[cells["cell"] != unfinished]
     cells.to_csv(folder / "cells.csv", index=False)
     prereg = json.loads((FIRST / "preregistration.json").read_text())
@@ -87,8 +88,8 @@ def test_a_continuation_replaces_the_cells_it_trained_again_and_keeps_the_rest(t
     for cell in ("static@flops:0.5#960", "dynamic@flops:0.5#960"):
         assert mine.loc[cell, "run_id"] == first.loc[cell, "run_id"]
     assert doc["cells_missing"] == [] and doc["cells_finished"] == 18
-    (study,) = [s for s in doc["studies"] if s["study"] == "airbench-compare-960"]
-    superseded = study["continued"]["superseded"]
+    ((cont,),) = [s["continued"] for s in doc["studies"] if s["study"] == "airbench-compare-960"]
+    superseded = cont["superseded"]
     assert [(s["cell"], s["run_id"]) for s in superseded] == [
         ("static@epochs#960", first.loc["static@epochs#960", "run_id"])
     ]
@@ -132,9 +133,8 @@ def test_a_cell_the_continuation_left_missing_is_missing_and_its_options_are_nam
         (lambda t: [continuation(t, whiten_bias_epochs="3")], "trained with whiten_bias_epochs '3'"),
         (lambda t: [continuation(t, metric="val/acc")], "it preregistered metric 'val/acc', not 'test/acc'"),
         (lambda t: [continuation(t, seed=961)], "no study named is on exactly its seeds [961]"),
-        (lambda t: [continuation(t, "a"), continuation(t, "b")], "has two continuations"),
     ],
-    ids=["more-budgets", "other-grid", "newer-option-set", "other-metric", "no-such-study", "two"],
+    ids=["more-budgets", "other-grid", "newer-option-set", "other-metric", "no-such-study"],
 )
 def test_a_continuation_of_another_grid_or_study_is_refused_in_one_line(tmp_path, make, says):
     continuations = [arg for folder in make(tmp_path) for arg in ("--continuation", folder)]
@@ -155,3 +155,43 @@ def test_a_kept_cell_matched_to_a_reference_trained_again_is_refused(tmp_path):
     later = continuation(tmp_path, budgets="flops:1", seed=959)
     with pytest.raises(join.ConfigError, match="trained the reference of dynamic@seconds#959 again"):
         join.join([first], tmp_path / "joined", (), [later])
+
+
+def test_a_continuation_cut_short_is_finished_by_another_in_the_order_given(tmp_path):
+    # the first continuation trains the reference and the FLOPs cell; its seconds cells are cut
+    # off with its store, so a second trains the reference again with them
+    b = continuation(tmp_path, "b", unfinished="dynamic@seconds#960")
+    pd.read_csv(b / "cells.csv").query("cell != 'dynamic-random@seconds#960'").to_csv(
+        b / "cells.csv", index=False
+    )
+    c = continuation(tmp_path, "c", budgets="seconds")
+    table, doc = join.join([FIRST], tmp_path / "joined", (), [b, c])
+    rows = pd.read_csv(tmp_path / "joined" / "cells.csv").set_index("cell")
+    trained_by = {
+        cell: run.rpartition("-")[2] if run.endswith(("-b", "-c")) else "first"
+        for cell, run in rows["run_id"].items()
+    }
+    assert trained_by == {
+        "static@flops:0.5#960": "first",
+        "dynamic@flops:0.5#960": "first",
+        "dynamic@flops:1#960": "b",
+        "static@epochs#960": "c",
+        "dynamic@seconds#960": "c",
+        "dynamic-random@seconds#960": "c",
+    }
+    assert doc["cells_missing"] == [] and set(table["n"]) == {1}
+    (study,) = doc["studies"]
+    assert [(x["by"], [r["cell"] for r in x["superseded"]]) for x in study["continued"]] == [
+        ("airbench-compare-960-b", ["static@epochs#960"]),
+        ("airbench-compare-960-c", ["static@epochs#960"]),
+    ]
+    text = (tmp_path / "joined" / "report.md").read_text()
+    assert "continued by airbench-compare-960-b" in text and "continued by airbench-compare-960-c" in text
+    # the continuation that supersedes the reference again must also train what was matched to it
+    with pytest.raises(join.ConfigError, match="trained the reference of dynamic@seconds#960 again"):
+        join.join(
+            [FIRST],
+            tmp_path / "refused",
+            (),
+            [continuation(tmp_path, "d"), continuation(tmp_path, "e", budgets="flops:1")],
+        )

@@ -16,10 +16,11 @@ in the report; at any other value the studies are refused.
 
 A study whose store was lost before all its cells trained is finished by a continuation: a study
 of its own, in a new store, on the same seeds and grid but for fewer budgets, that trains the
-missing cells again with their reference (``--continuation FOLDER``). Its cells replace the
-first study's of the same name (both readings of a cell trained twice are listed); the first
-study's other cells stay, unless one of them was given the seconds of a reference that the
-continuation trained again, which is refused.
+missing cells again with their reference (``--continuation FOLDER``, repeated for a continuation
+that was itself cut short, in the order they trained). Its cells replace the study's of the same
+name (both readings of a cell trained twice are listed); the study's other cells stay, unless
+one of them was given the seconds of a reference that the continuation trained again, which is
+refused.
 """
 
 from __future__ import annotations
@@ -160,7 +161,8 @@ def _budgets(text: str) -> set:
 
 def continued(first: StudyFolder, later: StudyFolder) -> StudyFolder:
     """``first`` with ``later``'s cells in place of its own of the same name, and what was
-    replaced, with both readings, in its summary (``continued``)."""
+    replaced, with both readings, added to its summary's ``continued`` (a list: a continuation
+    may itself be continued)."""
     only_some = check_continues(first, later)
     retrained = {c.key for c in grid_cells(later.prereg)}
     replaced = first.rows[first.rows["cell"].isin(retrained)]
@@ -176,28 +178,32 @@ def continued(first: StudyFolder, later: StudyFolder) -> StudyFolder:
             *first.doc.get("cells_counted_twice", []),
             *later.doc.get("cells_counted_twice", []),
         ],
-        "continued": {
-            "by": later.prereg["study"],
-            "cells": sorted(retrained),
-            "superseded": [
-                {
-                    "cell": r["cell"],
-                    "acc": r["acc"],
-                    "run_id": r.get("run_id", ""),
-                    "now_acc": now["acc"].get(r["cell"], float("nan")),
-                    "now_run_id": now["run_id"].get(r["cell"], "") if "run_id" in now else "",
-                }
-                for r in replaced.to_dict("records")
-            ],
-            "scoring": (later.doc.get("scoring") or {}).get("run", "not recorded"),
-            "recorded_by_one": only_some,
-        },
+        "continued": [
+            *first.doc.get("continued", []),
+            {
+                "by": later.prereg["study"],
+                "cells": sorted(retrained),
+                "superseded": [
+                    {
+                        "cell": r["cell"],
+                        "acc": r["acc"],
+                        "run_id": r.get("run_id", ""),
+                        "now_acc": now["acc"].get(r["cell"], float("nan")),
+                        "now_run_id": now["run_id"].get(r["cell"], "") if "run_id" in now else "",
+                    }
+                    for r in replaced.to_dict("records")
+                ],
+                "scoring": (later.doc.get("scoring") or {}).get("run", "not recorded"),
+                "recorded_by_one": only_some,
+            },
+        ],
     }
     return StudyFolder(first.path, rows, first.prereg, doc)
 
 
 def with_continuations(studies: list[StudyFolder], later: list[StudyFolder]) -> list[StudyFolder]:
-    """The studies, each continued by the continuation on its seeds (one study each at most)."""
+    """The studies, each continued by the continuations on its seeds in the order given (the
+    second finishing what the first left, say)."""
     out = list(studies)
     for cont in later:
         matches = [i for i, s in enumerate(out) if set(s.seeds) == set(cont.seeds)]
@@ -211,8 +217,6 @@ def with_continuations(studies: list[StudyFolder], later: list[StudyFolder]) -> 
                 f"--continuation {cont.path}: its seeds {list(cont.seeds)} are in more than one study "
                 "named: a seed counts once (pass each study once)"
             )
-        if "continued" in out[matches[0]].doc:
-            raise ConfigError(f"{out[matches[0]].path} has two continuations: pass one")
         out[matches[0]] = continued(out[matches[0]], cont)
     return out
 
@@ -280,8 +284,8 @@ def scored_by(studies: list[StudyFolder]) -> dict[str, str]:
     out = {}
     for s in studies:
         out[s.prereg["study"]] = (s.doc.get("scoring") or {}).get("run", "not recorded")
-        if "continued" in s.doc:
-            out[s.doc["continued"]["by"]] = s.doc["continued"]["scoring"]
+        for cont in s.doc.get("continued", []):
+            out[cont["by"]] = cont["scoring"]
     return out
 
 

@@ -385,8 +385,7 @@ def _joined_lines(summary_doc: dict) -> list[str]:
         n = len(summary_doc["studies"])
         lines.append(f"Joined from {n} {'study' if n == 1 else 'studies'} of one grid: {joined}.")
     for study in summary_doc.get("studies", []):
-        if "continued" in study:
-            lines.append(_continued_line(study["study"], study["continued"]))
+        lines += [_continued_line(study["study"], cont) for cont in study.get("continued", [])]
     if summary_doc.get("preregistered_seeds"):
         lines.append(f"Seeds preregistered for the joined comparison: {summary_doc['preregistered_seeds']}.")
     if summary_doc.get("partial"):
