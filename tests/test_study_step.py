@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pipeline.cli import ConfigError
 from pipeline.report import stats
-from pipeline.study import command, grid, protocol, report, results
+from pipeline.study import command, figure, grid, protocol, report, results
 from pipeline.study.grid import Budget, Cell
 from pipeline.tracking.runs import CODE_TAG
 
@@ -284,11 +284,11 @@ def test_the_report_figure_and_text_are_written(tmp_path):
     rows = _rows()
     comparisons = grid.comparisons(grid.parse_arms("static,dynamic"), EPOCHS_AND_HALF)
     table = report.compare(rows, comparisons, "exploratory")
-    path = report.figure(report.frontier(rows), tmp_path / "f.png", "study t (exploratory)", "val/acc")
+    path = figure.figure(report.frontier(rows), tmp_path / "f.png", "study t (exploratory)", "val/acc")
     assert path.stat().st_size > 10_000
     # a point resting on fewer seeds than the others says how many
     fewer = report.frontier(rows[(rows.arm == "static") | (rows.seed == 1)])
-    said = report.point_labels(fewer, most=3)
+    said = figure.point_labels(fewer, most=3)
     labels = dict(zip(fewer["arm"] + "@" + fewer["budget"], said))
     assert labels == {
         "static@epochs": "epochs", "dynamic@epochs": "epochs (n=1)",
@@ -380,11 +380,11 @@ def test_a_reopened_study_says_when_its_finished_cells_trained_with_other_code(t
 
 def test_the_figure_names_the_seeds_its_means_rest_on():
     rows = _rows()
-    assert report.seeds_shown((1, 2, 3), rows) == "1,2,3"
-    assert report.seeds_shown((1, 2, 3, 4), rows[rows.seed != 2]) == "1,3 (not in the means: 2,4)"
-    assert report.seeds_shown((5,), rows.iloc[:0]) == "none (not in the means: 5)"
+    assert figure.seeds_shown((1, 2, 3), rows) == "1,2,3"
+    assert figure.seeds_shown((1, 2, 3, 4), rows[rows.seed != 2]) == "1,3 (not in the means: 2,4)"
+    assert figure.seeds_shown((5,), rows.iloc[:0]) == "none (not in the means: 5)"
     unread = rows.assign(acc=rows["acc"].where(rows.seed != 3))  # a cell with no accuracy read
-    assert report.seeds_shown((1, 2, 3), unread) == "1,2 (not in the means: 3)"
+    assert figure.seeds_shown((1, 2, 3), unread) == "1,2 (not in the means: 3)"
 
 
 def test_every_arm_is_options_the_steps_take():
