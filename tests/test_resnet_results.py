@@ -50,6 +50,7 @@ def test_every_study_folder_is_found():
     named = {"cpu-confirm", "cpu-control", "cpu-halfflops", "cpu-widen-seconds", "cpu-widen-seconds-2"}
     named |= {"cpu-widen-order", "short-seconds-948-949", "short-seconds-950-951", "short-seconds-952"}
     named |= {"gpu-short", "airbench-compare-958", "airbench-compare-959", "airbench-compare"}
+    named |= {"airbench-compare-960", "airbench-compare-960-b"}
     assert {p.name for p in STUDIES} >= named
 
 
@@ -147,7 +148,7 @@ def test_the_first_seed_of_growth_against_the_90_percent_baseline_is_what_the_re
     assert f"({ahead:+.2f} over the default order)" in page
     assert len(rows) == 6 and set(rows["boot"]) == {"6f624658-5849-494c-94de-e11ccaeb849d"}  # one boot
     joined = (RESNET / "airbench-compare" / "report.md").read_text()
-    assert "**Partial**: 2 of the 5 preregistered seeds (not yet: 960,961,962)" in joined
+    assert "**Partial**: 3 of the 5 preregistered seeds (not yet: 961,962)" in joined
     assert joined.splitlines()[0].endswith(": exploratory")
 
 
@@ -171,20 +172,21 @@ def test_the_second_seed_of_growth_against_the_90_percent_baseline_is_what_the_r
     assert f"({ahead:+.2f} over the default order)" in page
     study = json.loads((RESNET / "airbench-compare-959" / "study.json").read_text())
     assert not study["cells_missing"]
-    # the two seeds joined, as the page and the README's first screen quote them
+    # the seeds so far joined, as the page and the README's first screen quote them: 960's
+    # seconds cells are still to train (its further continuation), so two pairs there
     joined = pd.read_csv(RESNET / "airbench-compare" / "comparisons.csv").set_index("comparison")
     controls = pd.read_csv(RESNET / "airbench-compare" / "controls.csv").set_index("comparison")
     readme = (RESNET.parents[2] / "README.md").read_text()
-    for table, name in [
-        (joined, "dynamic@seconds vs static@epochs"),
-        (joined, "dynamic@flops:1 vs static@epochs"),
-        (joined, "dynamic@flops:0.5 vs static@flops:0.5"),
-        (joined, "dynamic-random@seconds vs static@epochs"),
-        (controls, "dynamic@seconds vs dynamic-random@seconds"),
+    for table, name, pairs in [
+        (joined, "dynamic@seconds vs static@epochs", 2),
+        (joined, "dynamic@flops:1 vs static@epochs", 3),
+        (joined, "dynamic@flops:0.5 vs static@flops:0.5", 3),
+        (joined, "dynamic-random@seconds vs static@epochs", 2),
+        (controls, "dynamic@seconds vs dynamic-random@seconds", 2),
     ]:
         line = table.loc[name]
         shown = f"{line.diff_points:+.2f} ({line.ci_low_points:+.2f} to {line.ci_high_points:+.2f})"
-        assert line.n == 2 and shown.replace("-", "−") in page, name
+        assert line.n == pairs and shown.replace("-", "−") in page, name
     for name in ("dynamic@seconds vs static@epochs", "dynamic@flops:1 vs static@epochs"):
         line = joined.loc[name]
         said = f"{-line.diff_points:.2f} at"  # "0.90 points at static's seconds", "0.37 at equal FLOPs"
@@ -207,3 +209,34 @@ def test_seed_960_s_first_cells_and_the_grown_step_benchmark_are_what_the_residu
     ratio = grown.split("|")[3].strip()  # "0.990 (0.911 to 1.001)"
     median, low, high = (float(v) for v in ratio.replace("(", "").replace(")", "").replace("to", "").split())
     assert f"the grown network {median:.2f}x static's time a step ({low:.2f} to {high:.2f})" in page
+
+
+def test_seed_960_s_continuation_is_what_the_residual_page_says():
+    # preregistered.md (45ab191, 93c0c45): the first session's store was lost with three cells
+    # queued; a continuation on this session's machine trained static-22 again and the growing
+    # network at its FLOPs, its seconds cells left to a further continuation
+    first = pd.read_csv(RESNET / "airbench-compare-960" / "cells.csv").set_index("cell")
+    later = pd.read_csv(RESNET / "airbench-compare-960-b" / "cells.csv").set_index("cell")
+    assert set(later.index) == {"static@epochs#960", "dynamic@flops:1#960"}
+    assert set(later["boot"]) != set(first["boot"])  # another machine: nothing matched on seconds across
+    study = json.loads((RESNET / "airbench-compare-960-b" / "study.json").read_text())
+    assert sorted(study["cells_missing"]) == ["dynamic-random@seconds#960", "dynamic@seconds#960"]
+    page = (RESNET / "README.md").read_text().replace("**", "")
+    acc = 100 * later["acc"]
+    grown = f"{acc['dynamic@flops:1#960'] - acc['static@epochs#960']:+.2f}".replace("-", "−")
+    assert f"| {acc['dynamic@flops:1#960']:.2f}% | {grown}" in page
+    again = f"| static, 22 epochs (the reference, trained again) | {acc['static@epochs#960']:.2f}% |"
+    superseded = (
+        f"| static, 22 epochs (first session: superseded) | {100 * first['acc']['static@epochs#960']:.2f}% |"
+    )
+    assert again in page and superseded in page
+    # the join takes the continuation's cells for seed 960 and says which reading it superseded
+    joined = pd.read_csv(RESNET / "airbench-compare" / "cells.csv").set_index("cell")
+    for cell in ("static@epochs#960", "dynamic@flops:1#960"):
+        assert joined.loc[cell, "run_id"] == later.loc[cell, "run_id"]
+    for cell in ("static@flops:0.5#960", "dynamic@flops:0.5#960"):
+        assert joined.loc[cell, "run_id"] == first.loc[cell, "run_id"]
+    text = (RESNET / "airbench-compare" / "report.md").read_text()
+    assert "airbench-compare-960 continued by airbench-compare-960-b (a study in a new store)" in text
+    ref = first.loc["static@epochs#960"]
+    assert f"static@epochs#960 {100 * ref['acc']:.2f}% (run {ref['run_id']})" in text
