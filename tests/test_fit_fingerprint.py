@@ -40,7 +40,8 @@ from pipeline.training.epoch_loop import fit
 from tests.conftest import fresh_state
 
 RECORD = Path(__file__).parent / "data" / "fit_fingerprint.json"
-CFG = TrainConfig(epochs=4, batch_size=100, deterministic=True, seed=11, lr=0.05)
+# fp32 as recorded: `auto` is bf16 on a CPU with AMX, which would train another run there
+CFG = TrainConfig(epochs=4, batch_size=100, deterministic=True, seed=11, lr=0.05, precision="fp32")
 SCHEDULE = "2:conv(16)@after:pool1;3:residual"
 # Floats agree to this: the same run's losses differ in the fifth decimal from one process to
 # the next (an accuracy by an example or two at most), what a change to training moves by far more.

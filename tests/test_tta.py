@@ -85,7 +85,10 @@ def test_a_mirror_symmetric_image_reads_the_same_either_way(small_data):
 def test_validation_reads_the_network_as_tta_says(small_data):
     """A run trained with --tta flip validates on the averaged logits: its last val/acc is the
     flip-averaged accuracy of its final weights, not the plain one."""
-    cfg = TrainConfig(epochs=2, batch_size=100, deterministic=True, seed=3, tta="flip", monitor_share=0)
+    # fp32, as evaluate_split reads it: `auto` is bf16 on a CPU with AMX, and validation follows it
+    cfg = TrainConfig(
+        epochs=2, batch_size=100, deterministic=True, seed=3, tta="flip", monitor_share=0, precision="fp32"
+    )
     state = fit(fresh_state(small_data, cfg), small_data, cfg, TrainingPlan())
     model = state.model.eval()
     flipped = evaluate_split(FlipAveraged(model), small_data.val)
