@@ -112,10 +112,11 @@ def grid_cells(prereg: dict) -> list[Cell]:
     return cells(parse_arms(grid["arms"]), budgets, tuple(prereg["seeds"]))
 
 
-def check_continues(first: StudyFolder, later: StudyFolder) -> dict[str, dict[str, str]]:
+def check_continues(first: StudyFolder, later: StudyFolder, retrained: set[str]) -> dict[str, dict[str, str]]:
     """Refuse ``later`` as a continuation of ``first`` unless it is the same comparison on the
     same seeds and grid, fewer budgets apart, and leaves no kept cell matched to a reference it
-    trained again; return the options only one of them recorded (``check_grids``)."""
+    trained again (``retrained``: the cells its grid names); return the options only one of them
+    recorded (``check_grids``)."""
     said = f"--continuation {later.path} of {first.path}"
     for key in ("metric", "correction", "alpha"):
         if later.prereg[key] != first.prereg[key]:
@@ -144,7 +145,6 @@ def check_continues(first: StudyFolder, later: StudyFolder) -> dict[str, dict[st
     only_some = check_grids(
         [first, StudyFolder(later.path, later.rows, {**later.prereg, "grid": grid}, later.doc)]
     )
-    retrained = {c.key for c in grid_cells(later.prereg)}
     kept = [Cell.from_key(key) for key in first.rows["cell"] if key not in retrained]
     rematched = [c.key for c in kept if c.needs_reference_run and c.reference.key in retrained]
     if rematched:
@@ -163,8 +163,8 @@ def continued(first: StudyFolder, later: StudyFolder) -> StudyFolder:
     """``first`` with ``later``'s cells in place of its own of the same name, and what was
     replaced, with both readings, added to its summary's ``continued`` (a list: a continuation
     may itself be continued)."""
-    only_some = check_continues(first, later)
     retrained = {c.key for c in grid_cells(later.prereg)}
+    only_some = check_continues(first, later, retrained)
     replaced = first.rows[first.rows["cell"].isin(retrained)]
     now = later.rows.set_index("cell")
     rows = pd.concat([first.rows[~first.rows["cell"].isin(retrained)], later.rows], ignore_index=True)
