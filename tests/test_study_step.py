@@ -280,6 +280,24 @@ def test_a_comparison_too_few_seeds_could_test_still_counts_in_holms_family():
     assert epochs["p_holm"] == pytest.approx(min(1.0, 2 * epochs["p_t"]))  # a family of two, not one
 
 
+def test_labels_of_arms_matched_on_one_budget_do_not_cover_each_other():
+    # three arms whose points sit on the same spot (cells matched on seconds and on FLOPs):
+    # each arm's labels have their own offset, so none is drawn over another's
+    spot = {"acc": 0.89, "acc_ci_low": 0.88, "acc_ci_high": 0.90, "trained_s": 100.0, "flops": 1.0}
+    points = pd.DataFrame(
+        [{"arm": arm, "budget": budget, "n": n, **spot} for arm, budget, n in
+         (("static", "epochs", 3), ("dynamic", "flops:1", 3), ("dynamic-random", "seconds", 2))]
+    )  # fmt: skip
+    fig = figure.draw(points, "t", "test/acc")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        boxes = [text.get_window_extent(renderer) for text in ax.texts]
+        assert len(boxes) == 3
+        assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
+    figure.plt.close(fig)
+
+
 def test_the_report_figure_and_text_are_written(tmp_path):
     rows = _rows()
     comparisons = grid.comparisons(grid.parse_arms("static,dynamic"), EPOCHS_AND_HALF)

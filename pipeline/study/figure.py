@@ -31,7 +31,21 @@ def point_labels(points: pd.DataFrame, most: int) -> list[str]:
     return [f"{b} (n={n})" if n < most else str(b) for b, n in zip(points["budget"], points["n"])]
 
 
+# Where each arm's point labels sit, in points from the point, by the arm's order: arms matched
+# on the same budget land on the same spot (on FLOPs, one arm's "seconds" beside another's
+# "flops:1"), and one offset for all of them drew their labels over each other.
+LABEL_OFFSETS = ((4, -10), (4, 5), (4, -20), (4, 15))
+
+
 def figure(points: pd.DataFrame, path: Path, title: str, metric: str) -> Path:
+    """The frontier figure, drawn and written to ``path``."""
+    fig = draw(points, title, metric)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def draw(points: pd.DataFrame, title: str, metric: str) -> plt.Figure:
     """Accuracy against seconds that trained and against FLOPs (a multiple of the reference
     run's), one line per arm through its budgets, 95% intervals as bars."""
     ref = points[(points.arm == REFERENCE_ARM) & (points.budget == REFERENCE_BUDGET)]
@@ -48,8 +62,9 @@ def figure(points: pd.DataFrame, path: Path, title: str, metric: str) -> Path:
             err = (100 * (group["acc_ci_high"] - group["acc"])).fillna(0.0)
             ax.errorbar(scale * group[key], ys, yerr=err, marker="o", capsize=3, color=f"C{k}", label=arm)
             for x, y, budget in zip(scale * group[key], ys, point_labels(group, most)):
+                offset = LABEL_OFFSETS[k % len(LABEL_OFFSETS)]
                 ax.annotate(
-                    budget, (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7, color=f"C{k}"
+                    budget, (x, y), textcoords="offset points", xytext=offset, fontsize=7, color=f"C{k}"
                 )
         ax.set(xlabel=xlabel, ylabel=f"{metric} (%), mean over seeds")
         ax.grid(alpha=0.3)
@@ -66,6 +81,4 @@ def figure(points: pd.DataFrame, path: Path, title: str, metric: str) -> Path:
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=max(1, len(labels)), frameon=False)
     fig.suptitle(title, fontsize=10)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig
