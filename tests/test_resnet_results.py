@@ -172,17 +172,17 @@ def test_the_second_seed_of_growth_against_the_90_percent_baseline_is_what_the_r
     assert f"({ahead:+.2f} over the default order)" in page
     study = json.loads((RESNET / "airbench-compare-959" / "study.json").read_text())
     assert not study["cells_missing"]
-    # the seeds so far joined, as the page and the README's first screen quote them: 960's
-    # seconds cells are still to train (its further continuation), so two pairs there
+    # the seeds so far joined, as the page and the README's first screen quote them: three
+    # whole seeds, three pairs in every comparison
     joined = pd.read_csv(RESNET / "airbench-compare" / "comparisons.csv").set_index("comparison")
     controls = pd.read_csv(RESNET / "airbench-compare" / "controls.csv").set_index("comparison")
     readme = (RESNET.parents[2] / "README.md").read_text()
     for table, name, pairs in [
-        (joined, "dynamic@seconds vs static@epochs", 2),
+        (joined, "dynamic@seconds vs static@epochs", 3),
         (joined, "dynamic@flops:1 vs static@epochs", 3),
         (joined, "dynamic@flops:0.5 vs static@flops:0.5", 3),
-        (joined, "dynamic-random@seconds vs static@epochs", 2),
-        (controls, "dynamic@seconds vs dynamic-random@seconds", 2),
+        (joined, "dynamic-random@seconds vs static@epochs", 3),
+        (controls, "dynamic@seconds vs dynamic-random@seconds", 3),
     ]:
         line = table.loc[name]
         shown = f"{line.diff_points:+.2f} ({line.ci_low_points:+.2f} to {line.ci_high_points:+.2f})"
@@ -213,14 +213,17 @@ def test_seed_960_s_first_cells_and_the_grown_step_benchmark_are_what_the_residu
 
 def test_seed_960_s_continuation_is_what_the_residual_page_says():
     # preregistered.md (45ab191, 93c0c45): the first session's store was lost with three cells
-    # queued; a continuation on this session's machine trained static-22 again and the growing
-    # network at its FLOPs, its seconds cells left to a further continuation
+    # queued; a continuation on another machine trained static-22 again and the growing network
+    # at its FLOPs, and (3daa401: the next session found the same boot and store) its seconds
+    # cells by the same command, matched to that static-22
     first = pd.read_csv(RESNET / "airbench-compare-960" / "cells.csv").set_index("cell")
     later = pd.read_csv(RESNET / "airbench-compare-960-b" / "cells.csv").set_index("cell")
-    assert set(later.index) == {"static@epochs#960", "dynamic@flops:1#960"}
+    seconds = ("dynamic@seconds#960", "dynamic-random@seconds#960")
+    assert set(later.index) == {"static@epochs#960", "dynamic@flops:1#960", *seconds}
+    assert set(later["boot"]) == {later.loc["static@epochs#960", "boot"]}  # seconds matched on one boot
     assert set(later["boot"]) != set(first["boot"])  # another machine: nothing matched on seconds across
     study = json.loads((RESNET / "airbench-compare-960-b" / "study.json").read_text())
-    assert sorted(study["cells_missing"]) == ["dynamic-random@seconds#960", "dynamic@seconds#960"]
+    assert not study["cells_missing"] and not study["seconds_on_another_machine"]
     page = (RESNET / "README.md").read_text().replace("**", "")
     acc = 100 * later["acc"]
     grown = f"{acc['dynamic@flops:1#960'] - acc['static@epochs#960']:+.2f}".replace("-", "−")
@@ -230,9 +233,14 @@ def test_seed_960_s_continuation_is_what_the_residual_page_says():
         f"| static, 22 epochs (first session: superseded) | {100 * first['acc']['static@epochs#960']:.2f}% |"
     )
     assert again in page and superseded in page
+    for cell in seconds:
+        behind = f"{acc[cell] - acc['static@epochs#960']:+.2f}".replace("-", "−")
+        assert f"| {acc[cell]:.2f}% | {behind}" in page, cell
+    ahead = f"({acc[seconds[1]] - acc[seconds[0]]:+.2f} over the default order)"
+    assert ahead in page
     # the join takes the continuation's cells for seed 960 and says which reading it superseded
     joined = pd.read_csv(RESNET / "airbench-compare" / "cells.csv").set_index("cell")
-    for cell in ("static@epochs#960", "dynamic@flops:1#960"):
+    for cell in ("static@epochs#960", "dynamic@flops:1#960", *seconds):
         assert joined.loc[cell, "run_id"] == later.loc[cell, "run_id"]
     for cell in ("static@flops:0.5#960", "dynamic@flops:0.5#960"):
         assert joined.loc[cell, "run_id"] == first.loc[cell, "run_id"]
