@@ -61,8 +61,8 @@ def draw(points: pd.DataFrame, title: str, metric: str) -> plt.Figure:
             ys = 100 * group["acc"]
             err = (100 * (group["acc_ci_high"] - group["acc"])).fillna(0.0)
             ax.errorbar(scale * group[key], ys, yerr=err, marker="o", capsize=3, color=f"C{k}", label=arm)
+            offset = LABEL_OFFSETS[k % len(LABEL_OFFSETS)]
             for x, y, budget in zip(scale * group[key], ys, point_labels(group, most)):
-                offset = LABEL_OFFSETS[k % len(LABEL_OFFSETS)]
                 ax.annotate(
                     budget, (x, y), textcoords="offset points", xytext=offset, fontsize=7, color=f"C{k}"
                 )
