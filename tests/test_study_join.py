@@ -83,6 +83,23 @@ def test_fewer_studies_than_preregistered_seeds_make_a_report_that_says_it_is_pa
     assert "| dynamic@seconds vs static@epochs | 4 |" in text
 
 
+def test_a_partial_join_names_the_seeds_that_have_begun_but_lack_cells(tmp_path):
+    # 950-951's study as it would stand with its growing cell of 951 still queued in the store
+    folder = tmp_path / "short-seconds-950-951"
+    shutil.copytree(PAIRS[1], folder)
+    cells = pd.read_csv(folder / "cells.csv")
+    cells[cells["cell"] != "dynamic@seconds#951"].to_csv(folder / "cells.csv", index=False)
+    doc = json.loads((folder / "study.json").read_text())
+    doc |= {"cells_finished": 3, "cells_missing": ["dynamic@seconds#951"]}
+    (folder / "study.json").write_text(json.dumps(doc))
+    out = tmp_path / "joined"
+    done = run_join(PAIRS[0], folder, "--seeds", "948-952", "--out", out)
+    assert done.returncode == 0, done.stderr
+    text = (out / "report.md").read_text()
+    assert "**Partial**: 4 of the 5 preregistered seeds (not yet: 952; cells missing: 951): a partial" in text
+    assert "| dynamic@seconds vs static@epochs | 3 |" in text  # 951 pairs with nothing yet
+
+
 def test_a_join_replaces_an_earlier_joins_report_whole_and_nothing_else(tmp_path):
     out = tmp_path / "joined"
     join.join(PAIRS[2:], out)

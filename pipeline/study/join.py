@@ -323,9 +323,12 @@ def joined_doc(studies: list[StudyFolder], preregistered: tuple[int, ...]) -> di
         missing = [s for s in preregistered if s not in seeds]
         doc["preregistered_seeds"] = ",".join(str(s) for s in preregistered)
         if missing:
+            # a seed that has begun but lacks cells is named too: its pairs are not all counted yet
+            unfinished = sorted({Cell.from_key(c).seed for c in doc["cells_missing"]})
+            short = f"; cells missing: {','.join(str(s) for s in unfinished)}" if unfinished else ""
             doc["partial"] = (
                 f"{len(seeds)} of the {len(preregistered)} preregistered seeds (not yet: "
-                f"{','.join(str(s) for s in missing)}): a partial view, not the preregistered verdict"
+                f"{','.join(str(s) for s in missing)}{short}): a partial view, not the preregistered verdict"
             )
             doc["title"] += f" (partial: {len(seeds)} of {len(preregistered)} preregistered seeds)"
             doc["label"] = "exploratory"  # what the preregistration reads is all of them together
