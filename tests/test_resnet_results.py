@@ -50,7 +50,7 @@ def test_every_study_folder_is_found():
     named = {"cpu-confirm", "cpu-control", "cpu-halfflops", "cpu-widen-seconds", "cpu-widen-seconds-2"}
     named |= {"cpu-widen-order", "short-seconds-948-949", "short-seconds-950-951", "short-seconds-952"}
     named |= {"gpu-short", "airbench-compare-958", "airbench-compare-959", "airbench-compare"}
-    named |= {"airbench-compare-960", "airbench-compare-960-b"}
+    named |= {"airbench-compare-960", "airbench-compare-960-b", "airbench-compare-961"}
     assert {p.name for p in STUDIES} >= named
 
 
@@ -148,7 +148,7 @@ def test_the_first_seed_of_growth_against_the_90_percent_baseline_is_what_the_re
     assert f"({ahead:+.2f} over the default order)" in page
     assert len(rows) == 6 and set(rows["boot"]) == {"6f624658-5849-494c-94de-e11ccaeb849d"}  # one boot
     joined = (RESNET / "airbench-compare" / "report.md").read_text()
-    assert "**Partial**: 3 of the 5 preregistered seeds (not yet: 961,962)" in joined
+    assert "**Partial**: 4 of the 5 preregistered seeds (not yet: 962; cells missing: 961)" in joined
     assert joined.splitlines()[0].endswith(": exploratory")
 
 
@@ -173,14 +173,14 @@ def test_the_second_seed_of_growth_against_the_90_percent_baseline_is_what_the_r
     study = json.loads((RESNET / "airbench-compare-959" / "study.json").read_text())
     assert not study["cells_missing"]
     # the seeds so far joined, as the page and the README's first screen quote them: three
-    # whole seeds, three pairs in every comparison
+    # whole seeds and 961 without its random-order control, so four pairs but for the control's
     joined = pd.read_csv(RESNET / "airbench-compare" / "comparisons.csv").set_index("comparison")
     controls = pd.read_csv(RESNET / "airbench-compare" / "controls.csv").set_index("comparison")
     readme = (RESNET.parents[2] / "README.md").read_text()
     for table, name, pairs in [
-        (joined, "dynamic@seconds vs static@epochs", 3),
-        (joined, "dynamic@flops:1 vs static@epochs", 3),
-        (joined, "dynamic@flops:0.5 vs static@flops:0.5", 3),
+        (joined, "dynamic@seconds vs static@epochs", 4),
+        (joined, "dynamic@flops:1 vs static@epochs", 4),
+        (joined, "dynamic@flops:0.5 vs static@flops:0.5", 4),
         (joined, "dynamic-random@seconds vs static@epochs", 3),
         (controls, "dynamic@seconds vs dynamic-random@seconds", 3),
     ]:
@@ -248,3 +248,29 @@ def test_seed_960_s_continuation_is_what_the_residual_page_says():
     assert "airbench-compare-960 continued by airbench-compare-960-b (a study in a new store)" in text
     ref = first.loc["static@epochs#960"]
     assert f"static@epochs#960 {100 * ref['acc']:.2f}% (run {ref['run_id']})" in text
+
+
+def test_seed_961_is_what_the_residual_page_says():
+    # preregistered.md (b5606e1): static-22 at one session's end, the other cells by the same
+    # command the next, on one boot; the random-order control left queued for the session after
+    rows = pd.read_csv(RESNET / "airbench-compare-961" / "cells.csv").set_index("cell")
+    assert set(rows["boot"]) == {"1511b571-6337-4960-b93d-a8959deedf09"}  # seconds matched on one boot
+    study = json.loads((RESNET / "airbench-compare-961" / "study.json").read_text())
+    assert study["cells_missing"] == ["dynamic-random@seconds#961"]
+    assert not study["seconds_on_another_machine"]
+    page = (RESNET / "README.md").read_text().replace("**", "")
+    acc = 100 * rows["acc"]
+    assert f"| static, 22 epochs (the reference) | {acc['static@epochs#961']:.2f}% |" in page
+    assert f"| static, half its FLOPs | {acc['static@flops:0.5#961']:.2f}% |" in page
+    for cell, against in [
+        ("dynamic@seconds#961", "static@epochs#961"),
+        ("dynamic@flops:1#961", "static@epochs#961"),
+        ("dynamic@flops:0.5#961", "static@flops:0.5#961"),
+    ]:
+        shown = f"{acc[cell] - acc[against]:+.2f}".replace("-", "−")
+        assert f"| {acc[cell]:.2f}% | {shown}" in page, cell
+    # the join counts its pairs and names the cell it lacks
+    joined = pd.read_csv(RESNET / "airbench-compare" / "cells.csv").set_index("cell")
+    assert {c for c in joined.index if c.endswith("#961")} == set(rows.index)
+    text = (RESNET / "airbench-compare" / "report.md").read_text()
+    assert "Missing, reported as missing and not replaced: 1 cell(s): dynamic-random@seconds#961." in text
