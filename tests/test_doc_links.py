@@ -6,6 +6,7 @@ edited without its links leaves a reader at the top of a thousand-line page."""
 from __future__ import annotations
 
 import re
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,8 @@ def slug(heading: str) -> str:
     return text.replace(" ", "-")
 
 
-def anchors(page: Path) -> set[str]:
+@cache  # a page is linked to many times: read its headings once
+def anchors(page: Path) -> frozenset[str]:
     """Every heading's anchor on ``page`` (a repeated heading gets ``-1``, ``-2``... as on GitHub)
     and every ``<a id="...">`` it sets by hand."""
     seen: dict[str, int] = {}
@@ -48,7 +50,7 @@ def anchors(page: Path) -> set[str]:
         count = seen.get(base, 0)
         seen[base] = count + 1
         found.add(base if count == 0 else f"{base}-{count}")
-    return found
+    return frozenset(found)
 
 
 def local_links(page: Path) -> list[tuple[str, str]]:
