@@ -51,6 +51,8 @@ GATED_SEEDS: dict[tuple[int, int], str] = {
     "its test split was read",
     (960, 960): "the third of five seeds of growth against the 90% baseline (airbench-compare-960 and "
     "its continuation -960-b): its test split was read",
+    (961, 961): "the fourth of five seeds of growth against the 90% baseline (airbench-compare-961): "
+    "its test split was read",
     (1000, 1000): "screened the short-run residual network: chose its widths, kept its recipe (validation)",
     (9990, 9991): "dry runs of bench_gpu.sh short on a 500-example subset: their test split was read",
     (9992, 9992): "a dry run of bench_gpu.sh airbench on a 300-example subset: its test split was read",
