@@ -438,3 +438,20 @@ def test_every_named_recipe_is_options_the_steps_take():
         assert not {"start_spec", "schedule"} & set(lever.growth), name  # static trains what growth ends in
     with pytest.raises(ConfigError, match="--recipe 'nope'"):
         GridConfig(seeds="1", recipe="nope").parsed()
+
+
+def test_the_report_says_a_comparison_without_an_interval_or_without_pairs_has_none(tmp_path):
+    # a study with one seed of a budget trained, and one with none of an arm yet: the table says
+    # so in words, not "+nan (+nan to +nan)"
+    rows = _rows()
+    rows = rows[~((rows.budget == "flops:0.5") & (rows.seed != 1))]
+    rows = rows[~((rows.arm == "dynamic") & (rows.budget == "epochs"))]
+    family = grid.comparisons(grid.parse_arms("static,dynamic"), EPOCHS_AND_HALF)
+    doc = {"study": "s", "title": "s", "phase": "screen", "label": "exploratory", "metric": "val/acc"}
+    doc |= {"seeds": "1,2,3", "epochs": 4, "static_spec": "x"}
+    report.write(tmp_path, rows, family, [], doc, (1, 2, 3))
+    text = (tmp_path / "report.md").read_text()
+    assert "| dynamic@epochs vs static@epochs | 0 | no pairs yet | 0 of 0 | not tested | - | - |" in text
+    half = "| dynamic@flops:0.5 vs static@flops:0.5 | 1 | +3.00 (no interval: one pair) | 1 of 1 |"
+    assert f"{half} not tested |" in text
+    assert "nan" not in text

@@ -407,8 +407,22 @@ def _table_lines(table: pd.DataFrame) -> list[str]:
     ]
     for r in table.to_dict("records"):
         lines.append(
-            f"| {r['comparison']} | {r['n']} | {r['diff_points']:+.2f} ({r['ci_low_points']:+.2f} to "
-            f"{r['ci_high_points']:+.2f}) | {r['ahead']} of {r['n']} | {r['p_holm']:.3f} | "
-            f"{r['seconds_ratio']:.2f}x | {r['flops_ratio']:.2f}x | {r['verdict']} |"
+            f"| {r['comparison']} | {r['n']} | {_difference(r)} | {r['ahead']} of {r['n']} | "
+            f"{_number(r['p_holm'], '.3f', 'not tested')} | {_number(r['seconds_ratio'], '.2f', '-', 'x')} | "
+            f"{_number(r['flops_ratio'], '.2f', '-', 'x')} | {r['verdict']} |"
         )
     return lines
+
+
+def _difference(r: dict) -> str:
+    """A comparison's mean difference and interval, or why there is none: a study with one seed
+    (or one still training) has no interval, and a comparison with no pair yet no difference."""
+    if not r["n"]:
+        return "no pairs yet"
+    if not math.isfinite(r["ci_low_points"]):  # stats.paired_test gives an interval from 2 pairs
+        return f"{r['diff_points']:+.2f} (no interval: one pair)"
+    return f"{r['diff_points']:+.2f} ({r['ci_low_points']:+.2f} to {r['ci_high_points']:+.2f})"
+
+
+def _number(value: float, spec: str, missing: str, unit: str = "") -> str:
+    return format(value, spec) + unit if math.isfinite(value) else missing
