@@ -98,6 +98,13 @@ def test_a_partial_join_names_the_seeds_that_have_begun_but_lack_cells(tmp_path)
     text = (out / "report.md").read_text()
     assert "**Partial**: 4 of the 5 preregistered seeds (not yet: 952; cells missing: 951): a partial" in text
     assert "| dynamic@seconds vs static@epochs | 3 |" in text  # 951 pairs with nothing yet
+    # every seed begun, one of them not whole: still partial, not the preregistered verdict
+    done = run_join(PAIRS[0], folder, PAIRS[2], "--seeds", "948-952", "--out", out)
+    assert done.returncode == 0, done.stderr
+    text = (out / "report.md").read_text()
+    assert "**Partial**: 5 of the 5 preregistered seeds (cells missing: 951): a partial view" in text
+    assert text.splitlines()[0].endswith(": exploratory")
+    assert "| dynamic@seconds vs static@epochs | 4 |" in text
 
 
 def test_a_join_replaces_an_earlier_joins_report_whole_and_nothing_else(tmp_path):

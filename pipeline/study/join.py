@@ -321,16 +321,19 @@ def joined_doc(studies: list[StudyFolder], preregistered: tuple[int, ...]) -> di
                 f"--seeds {','.join(map(str, preregistered))} lacks the studies' seeds {unknown}"
             )
         missing = [s for s in preregistered if s not in seeds]
+        # a seed that has begun but lacks cells (queued for a later session) leaves the view as
+        # partial as one not begun: its pairs are not all counted yet
+        unfinished = sorted({Cell.from_key(c).seed for c in doc["cells_missing"]})
         doc["preregistered_seeds"] = ",".join(str(s) for s in preregistered)
-        if missing:
-            # a seed that has begun but lacks cells is named too: its pairs are not all counted yet
-            unfinished = sorted({Cell.from_key(c).seed for c in doc["cells_missing"]})
-            short = f"; cells missing: {','.join(str(s) for s in unfinished)}" if unfinished else ""
+        if missing or unfinished:
+            why = [f"not yet: {','.join(map(str, missing))}"] if missing else []
+            why += [f"cells missing: {','.join(map(str, unfinished))}"] if unfinished else []
             doc["partial"] = (
-                f"{len(seeds)} of the {len(preregistered)} preregistered seeds (not yet: "
-                f"{','.join(str(s) for s in missing)}{short}): a partial view, not the preregistered verdict"
+                f"{len(seeds)} of the {len(preregistered)} preregistered seeds ({'; '.join(why)}): "
+                "a partial view, not the preregistered verdict"
             )
-            doc["title"] += f" (partial: {len(seeds)} of {len(preregistered)} preregistered seeds)"
+            whole = f", {len(unfinished)} of them not whole" if unfinished else ""
+            doc["title"] += f" (partial: {len(seeds)} of {len(preregistered)} preregistered seeds{whole})"
             doc["label"] = "exploratory"  # what the preregistration reads is all of them together
     else:
         doc["preregistered_seeds"] = "not given (--seeds): the studies' own seeds are taken as all of them"
