@@ -173,9 +173,12 @@ def test_a_seconds_run_whose_timing_planned_too_few_epochs_re_plans_and_spends_i
     # on the two cores, a 4 s run had time for the two epochs its timing planned and no more.
     monkeypatch.setattr(length, "seconds_per_example", lambda *args: 5 * timed(*args))
     given = 6.0
+    # The health stop is off: on 600 examples a run re-planned to many more epochs can collapse
+    # at a late growth (seen once in CI, where it stopped at a third of its seconds), and a
+    # run that stops for its health says nothing about whether re-planning spends the seconds.
     outcome = train_dynamic.run(
         DataConfig(subset=600),
-        TrainConfig(epochs=12, seed=4, budget=f"{given}s"),
+        TrainConfig(epochs=12, seed=4, budget=f"{given}s", stop_on_collapse=False),
         GrowthConfig(),
         DynamicCurriculumConfig(pacing="none", prune=0.3),
         RunConfig(progress=False),
