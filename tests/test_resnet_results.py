@@ -291,11 +291,11 @@ def test_seed_962_s_first_cells_are_what_the_residual_page_says():
     assert study["cells_missing"] == queued
     page = (RESNET / "README.md").read_text().replace("**", "")
     acc = 100 * rows["acc"]
+    # its reference is the continuation's now (test_seed_962_s_continuation_...)
     assert f"| static, half its FLOPs | {acc['static@flops:0.5#962']:.2f}% |" in page
     half = acc["dynamic@flops:0.5#962"] - acc["static@flops:0.5#962"]
     shown = f"{half:+.2f}".replace("-", "−")
     assert f"| {acc['dynamic@flops:0.5#962']:.2f}% | {shown} against static at half" in page
-    # its reference superseded by the continuation's (test_seed_962_s_continuation_...)
 
 
 def test_seed_962_s_continuation_is_what_the_residual_page_says():
@@ -327,6 +327,7 @@ def test_seed_962_s_continuation_is_what_the_residual_page_says():
     text = (RESNET / "airbench-compare" / "report.md").read_text()
     assert "airbench-compare-962 continued by airbench-compare-962-b (a study in a new store)" in text
     assert "**Partial**: 5 of the 5 preregistered seeds (cells missing: 962)" in text
+    assert text.splitlines()[0].endswith(": exploratory")
     assert f"Missing, reported as missing and not replaced: 2 cell(s): {', '.join(queued)}." in text
     # the primary on all five pairs, as the page and the README's first screen quote it
     line = pd.read_csv(RESNET / "airbench-compare" / "comparisons.csv").set_index("comparison")
