@@ -21,6 +21,7 @@ import ctypes
 import ctypes.util
 import os
 import platform
+from collections.abc import Mapping
 
 # mallopt's parameters (glibc's malloc.h)
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_MAX = -1, -2, -4
@@ -31,14 +32,14 @@ TRIM_THRESHOLD = 2**31 - 1
 TOP_PAD = 512 * 2**20
 
 
-def user_set_malloc(environ: dict[str, str]) -> bool:
+def user_set_malloc(environ: Mapping[str, str]) -> bool:
     """Whether ``environ`` holds any of glibc's malloc settings, which then win."""
     return "GLIBC_TUNABLES" in environ or any(
         name.startswith("MALLOC_") and name.endswith("_") for name in environ
     )
 
 
-def keep_freed_memory(environ: dict[str, str] | None = None) -> bool:
+def keep_freed_memory(environ: Mapping[str, str] | None = None) -> bool:
     """Tell glibc to keep freed memory in this process's heap; True if it was told.
 
     Does nothing (False) off Linux, off glibc, when the user set glibc's malloc settings, or

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, run as a file
 
-from bench_grown_step import CLASSES, SHAPE, seconds_per_example
+from bench_grown_step import CLASSES, SHAPE, emit, seconds_per_example
 
 from models.builder import build_model
 from models.spec import resolve_spec
@@ -77,7 +77,7 @@ def main(spec: str, batches: int, repeats: int, output: str, child: bool) -> Non
     if child:
         click.echo(json.dumps(timed_pass(spec, batches)))
         return
-    if user_set_malloc(dict(os.environ)):
+    if user_set_malloc(os.environ):
         raise click.UsageError("unset glibc's malloc settings (MALLOC_*_, GLIBC_TUNABLES) to compare")
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in SETTINGS}
     for trial in range(repeats):
@@ -101,10 +101,7 @@ def main(spec: str, batches: int, repeats: int, output: str, child: bool) -> Non
             f"({min(ratios):.2f} to {max(ratios):.2f}) | {median(name, 'kernel_share'):.0%} "
             f"| {median(name, 'faults_per_s'):,.0f} |"
         )
-    text = "\n".join(lines)
-    click.echo(text)
-    if output:
-        Path(output).write_text(text + "\n")
+    emit("\n".join(lines), output)
 
 
 if __name__ == "__main__":

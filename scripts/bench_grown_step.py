@@ -81,6 +81,13 @@ def seconds_per_example(model, cfg: TrainConfig, split: Split, diet: bool, seed:
     return (time.perf_counter() - start) / stats.examples
 
 
+def emit(table: str, output: str) -> None:
+    """Print a benchmark's table, and write it to ``output`` too where one is given."""
+    click.echo(table)
+    if output:
+        Path(output).write_text(table + "\n")
+
+
 @click.command()
 @click.option("--spec", default="short-convs")
 @click.option("--start-spec", default="short-convs-narrow")
@@ -118,10 +125,7 @@ def main(spec: str, start_spec: str, schedule: str, batches: int, repeats: int, 
             f"| {name} | {1 / statistics.median(times[name]):.0f} | {statistics.median(ratios):.3f} "
             f"({min(ratios):.3f} to {max(ratios):.3f}) |"
         )
-    text = "\n".join(lines)
-    click.echo(text)
-    if output:
-        Path(output).write_text(text + "\n")
+    emit("\n".join(lines), output)
 
 
 if __name__ == "__main__":
