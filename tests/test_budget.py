@@ -19,8 +19,9 @@ from pipeline.growth.config import GrowthConfig
 from pipeline.run.session import RunConfig
 from pipeline.train_static import StaticConfig
 from pipeline.training.config import TrainConfig
-from pipeline.training.epoch_loop import fit
+from pipeline.training.epoch_loop import fit, schedule_progress
 from pipeline.training.lr_schedule import cosine_lr
+from pipeline.training.state import RunProgress
 from tests.conftest import fresh_state, growing_plan
 
 DATA = DataConfig(subset=600)
@@ -196,15 +197,30 @@ def test_a_seconds_budget_counts_the_seconds_that_train_not_validation_or_loggin
     assert run.data.metrics["budget/used"] == pytest.approx(run.data.metrics["time/trained_s"])
     assert run.data.metrics["budget/used"] <= given
     assert again.state.cumulative_s > run.data.metrics["budget/used"]
-    # Most of its seconds spent (its plan has an epoch to spare, and the clock ends it), with the
-    # learning rate, which follows the clock, annealed to the schedule's rate where the seconds
-    # ended (an epoch to spare followed by steps alone would leave it near 0.15 of its peak).
-    # How many epochs the timing planned, and how much a loaded machine leaves unspent, depend on
-    # the load, so neither is asserted beyond that.
-    used = run.data.metrics["budget/used_fraction"]
-    assert used > 0.8
-    cfg = TrainConfig()
-    assert again.state.history[-1]["train/lr"] <= cosine_lr(cfg.lr, used - 0.1, cfg.warmup)
+    # Most of its seconds spent (its plan has an epoch to spare, and the clock ends it), its last
+    # step's rate the schedule's at the progress it logged, into the anneal. How many epochs the
+    # timing planned, how much a loaded machine leaves unspent and how far the rate's progress
+    # ends short of the seconds spent depend on the load (a stall after the last step began is
+    # spent and cannot move the rate: seen in CI, the rate at 0.70 of the schedule with 0.875 of
+    # the seconds spent), so none is asserted beyond that; the clock's pull on the rate is
+    # test_a_seconds_runs_schedule_follows_the_clock_where_it_is_further_on's, on a given clock.
+    assert run.data.metrics["budget/used_fraction"] > 0.8
+    last, cfg = again.state.history[-1], TrainConfig()
+    assert last["train/lr"] == pytest.approx(cosine_lr(cfg.lr, last["budget/schedule_progress"], cfg.warmup))
+    assert last["budget/schedule_progress"] > 0.5
+
+
+def test_a_seconds_runs_schedule_follows_the_clock_where_it_is_further_on():
+    meter = BudgetMeter(Budget("seconds", 100.0, "100s"), spent=60.0, seconds_per_example=0.1)
+    plan = RunProgress(4)
+    assert schedule_progress(plan, 0.5, None) == 0.5  # no clock: the plan's share
+    assert meter.allows(examples_done=100, next_batch=10, flops_per_example=0.0, elapsed_s=25.0)
+    assert meter.progress == pytest.approx(0.85)  # 60 + 25 of 100 seconds
+    assert schedule_progress(plan, 0.5, meter) == pytest.approx(0.85)  # a slow run: the clock's
+    assert schedule_progress(plan, 0.9, meter) == pytest.approx(0.9)  # a fast one: the plan's
+    plan.replan(2, 8)  # a re-planned run's progress goes on from where it was
+    assert schedule_progress(plan, 2 / 8, None) == pytest.approx(0.5)
+    assert schedule_progress(plan, 2 / 8, meter) == pytest.approx(0.85)
 
 
 def test_the_meter_says_when_a_check_came_near_the_end_of_its_budget():

@@ -28,8 +28,8 @@ from pipeline.run.plan import ExperimentPlan
 from pipeline.run.session import RunConfig
 from pipeline.training.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from pipeline.training.config import TrainConfig
+from pipeline.training.epoch_loop import learning_rate
 from pipeline.training.loop import EpochStats
-from pipeline.training.lr_schedule import cosine_lr
 from pipeline.training.state import RunProgress
 from pipeline.training.training_plan import TrainingPlan
 from tests.conftest import fresh_state
@@ -176,9 +176,10 @@ def test_a_seconds_run_whose_timing_planned_too_few_epochs_re_plans_and_spends_i
     # The health stop is off: on 600 examples a run re-planned to many more epochs can collapse
     # at a late growth (seen once in CI, where it stopped at a third of its seconds), and a
     # run that stops for its health says nothing about whether re-planning spends the seconds.
+    cfg = TrainConfig(epochs=12, seed=4, budget=f"{given}s", stop_on_collapse=False)
     outcome = train_dynamic.run(
         DataConfig(subset=600),
-        TrainConfig(epochs=12, seed=4, budget=f"{given}s", stop_on_collapse=False),
+        cfg,
         GrowthConfig(),
         DynamicCurriculumConfig(pacing="none", prune=0.3),
         RunConfig(progress=False),
@@ -191,9 +192,11 @@ def test_a_seconds_run_whose_timing_planned_too_few_epochs_re_plans_and_spends_i
     assert outcome.state.epoch > first_plan
     used = run.data.metrics["budget/used_fraction"]
     assert 0.85 < used <= 1.0  # spent (how close on a loaded machine is the benchmarks' to say)
-    # Every growth of the schedule happened, each re-warm starting where its growth did, and
-    # the rate annealed where the seconds ended.
+    # Every growth of the schedule happened, each re-warm starting where its growth did, and the
+    # last step's rate is the schedule's (re-warms included) at the progress it logged, into the
+    # anneal (how near the seconds spent depends on the load: tests/test_budget.py says why).
     events = outcome.state.trace.events
     assert len(events) == len(parse_schedule("default", 12)) and all("progress" in e for e in events)
-    cfg = TrainConfig()
-    assert outcome.state.history[-1]["train/lr"] <= cosine_lr(cfg.lr, used - 0.1, cfg.warmup)
+    last = outcome.state.history[-1]
+    rate = learning_rate(cfg, outcome.state.trace, last["budget/schedule_progress"])
+    assert last["train/lr"] == pytest.approx(rate) and last["budget/schedule_progress"] > 0.5

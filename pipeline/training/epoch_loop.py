@@ -45,6 +45,14 @@ from pipeline.training.stem import stem_bias_changes
 from pipeline.training.training_plan import TrainingPlan
 
 
+def schedule_progress(run: RunProgress, share: float, seconds: BudgetMeter | None) -> float:
+    """The schedule's progress at ``share`` of the planned epochs trained: the run's
+    (``RunProgress``), or for a seconds run the share of its seconds spent at the meter's last
+    check where that is further on (the schedule follows the clock: ``pipeline/budget/meter.py``)."""
+    progress = run.at(share)
+    return max(progress, seconds.progress) if seconds is not None else progress
+
+
 def learning_rate(cfg: TrainConfig, trace: ArchitectureTrace, progress: float) -> float:
     """The schedule's rate (``--lr-schedule``) at ``progress``; with ``--growth-rewarm w``, the rate after
     each growth event climbs linearly from near zero back to the schedule's over a fraction
@@ -191,6 +199,7 @@ class _EpochLoop:
         self.val_tiers, self.meter = val_tiers, meter
         self.parts = state.time_parts
         self.seconds = meter if meter is not None and meter.budget.unit == "seconds" else None
+        self.last_step_progress = 0.0  # the schedule's progress at the last step's rate
         self.flops = flops_per_example(state.model, data.input_shape)
         self.device = data.train.x.device
         if state.scaler is None:
@@ -214,15 +223,13 @@ class _EpochLoop:
         return growth | {self.state.progress.epochs - 1}
 
     def lr_at(self, share: float) -> float:
-        """The rate at ``share`` of the planned epochs trained."""
-        return learning_rate(self.cfg, self.state.trace, self.lr_progress(share))
+        """The rate at ``share`` of the planned epochs trained; the progress it was taken at is
+        kept for the epoch's metrics (a seconds run's ``budget/schedule_progress``)."""
+        self.last_step_progress = self.lr_progress(share)
+        return learning_rate(self.cfg, self.state.trace, self.last_step_progress)
 
     def lr_progress(self, share: float) -> float:
-        """The schedule's progress at ``share`` of the planned epochs trained: the run's
-        (``RunProgress``), or for a seconds run the share of its seconds spent where that is
-        further on (the schedule follows the clock: ``pipeline/budget/meter.py``)."""
-        progress = self.state.progress.at(share)
-        return max(progress, self.seconds.progress) if self.seconds is not None else progress
+        return schedule_progress(self.state.progress, share, self.seconds)
 
     def grow(self, epoch: int) -> list[dict]:
         """The plan's growth before ``epoch``: the new model and optimizer; its events. What it
@@ -365,6 +372,8 @@ class _EpochLoop:
         }
         if self.seconds is not None:  # as planned after this epoch (re-planning)
             metrics["budget/planned_epochs"] = state.progress.epochs
+            # where the rate stood at the epoch's last step: the clock pulls it past the plan
+            metrics["budget/schedule_progress"] = self.last_step_progress
         with timing.timed(self.parts, "probe"):  # measured outside the seconds that train
             for probe in self.probes:
                 metrics.update(probe.measure(state, scored, val, positions))
