@@ -51,7 +51,7 @@ def test_every_study_folder_is_found():
     named |= {"cpu-widen-order", "short-seconds-948-949", "short-seconds-950-951", "short-seconds-952"}
     named |= {"gpu-short", "airbench-compare-958", "airbench-compare-959", "airbench-compare"}
     named |= {"airbench-compare-960", "airbench-compare-960-b", "airbench-compare-961"}
-    named |= {"airbench-compare-962", "airbench-compare-962-b"}
+    named |= {"airbench-compare-962", "airbench-compare-962-b", "airbench-compare-962-d"}
     assert {p.name for p in STUDIES} >= named
 
 
@@ -174,7 +174,7 @@ def test_the_second_seed_of_growth_against_the_90_percent_baseline_is_what_the_r
     study = json.loads((RESNET / "airbench-compare-959" / "study.json").read_text())
     assert not study["cells_missing"]
     # the seeds so far joined, as the page and the README's first screen quote them: four whole
-    # seeds and 962's half-FLOPs pair
+    # seeds and 962's cells but its FLOPs pair
     joined = pd.read_csv(RESNET / "airbench-compare" / "comparisons.csv").set_index("comparison")
     controls = pd.read_csv(RESNET / "airbench-compare" / "controls.csv").set_index("comparison")
     readme = (RESNET.parents[2] / "README.md").read_text()
@@ -182,8 +182,8 @@ def test_the_second_seed_of_growth_against_the_90_percent_baseline_is_what_the_r
         (joined, "dynamic@seconds vs static@epochs", 5),
         (joined, "dynamic@flops:1 vs static@epochs", 4),
         (joined, "dynamic@flops:0.5 vs static@flops:0.5", 5),
-        (joined, "dynamic-random@seconds vs static@epochs", 4),
-        (controls, "dynamic@seconds vs dynamic-random@seconds", 4),
+        (joined, "dynamic-random@seconds vs static@epochs", 5),
+        (controls, "dynamic@seconds vs dynamic-random@seconds", 5),
     ]:
         line = table.loc[name]
         shown = f"{line.diff_points:+.2f} ({line.ci_low_points:+.2f} to {line.ci_high_points:+.2f})"
@@ -311,14 +311,37 @@ def test_seed_962_s_continuation_is_what_the_residual_page_says():
     assert sorted(study["cells_missing"]) == sorted(queued) and not study["seconds_on_another_machine"]
     page = (RESNET / "README.md").read_text().replace("**", "")
     acc = 100 * later["acc"]
-    again = f"| static, 22 epochs (the reference, trained again) | {acc['static@epochs#962']:.2f}% |"
+    again = f"| static, 22 epochs (962-b: superseded) | {acc['static@epochs#962']:.2f}% |"
     superseded = (
         f"| static, 22 epochs (first session: superseded) | {100 * first['acc']['static@epochs#962']:.2f}% |"
     )
     assert again in page and superseded in page
     behind = f"{acc['dynamic@seconds#962'] - acc['static@epochs#962']:+.2f}".replace("-", "−")
-    assert f"| {acc['dynamic@seconds#962']:.2f}% | {behind}" in page
-    # the join takes the continuation's reference and seconds cell, the first session's half pair
+    row = f"| growing, static-22's seconds (962-b: superseded) | {acc['dynamic@seconds#962']:.2f}% | {behind}"
+    assert row in page
+
+
+def test_seed_962_s_seconds_cells_on_one_boot_are_what_the_residual_page_says():
+    # preregistered.md (06:22 entry of 2026-12-03): 962-c's store lost with its boot, a further
+    # continuation trained static-22 a fourth time and both seconds cells on one boot, its FLOPs
+    # cell queued
+    first = pd.read_csv(RESNET / "airbench-compare-962" / "cells.csv").set_index("cell")
+    later = pd.read_csv(RESNET / "airbench-compare-962-d" / "cells.csv").set_index("cell")
+    assert set(later.index) == {"static@epochs#962", "dynamic@seconds#962", "dynamic-random@seconds#962"}
+    assert set(later["boot"]) == {"b040434d-9b61-4705-ad7c-9d58b829d41e"}
+    study = json.loads((RESNET / "airbench-compare-962-d" / "study.json").read_text())
+    assert study["cells_missing"] == ["dynamic@flops:1#962"] and not study["seconds_on_another_machine"]
+    page = (RESNET / "README.md").read_text().replace("**", "")
+    acc = 100 * later["acc"]
+    assert f"| static, 22 epochs (the reference, 962-d) | {acc['static@epochs#962']:.2f}% |" in page
+    for cell, label in [
+        ("dynamic@seconds#962", "growing, static-22's seconds (primary)"),
+        ("dynamic-random@seconds#962", "random-order control, static-22's seconds"),
+    ]:
+        behind = f"{acc[cell] - acc['static@epochs#962']:+.2f}".replace("-", "−")
+        assert f"| {label} | {acc[cell]:.2f}% | {behind}" in page, cell
+    # the join takes 962-d's reference and seconds cells, the first session's half pair, and
+    # lists the superseded readings
     joined = pd.read_csv(RESNET / "airbench-compare" / "cells.csv").set_index("cell")
     for cell in later.index:
         assert joined.loc[cell, "run_id"] == later.loc[cell, "run_id"]
@@ -328,10 +351,11 @@ def test_seed_962_s_continuation_is_what_the_residual_page_says():
     assert "airbench-compare-962 continued by airbench-compare-962-b (a study in a new store)" in text
     assert "**Partial**: 5 of the 5 preregistered seeds (cells missing: 962)" in text
     assert text.splitlines()[0].endswith(": exploratory")
-    assert f"Missing, reported as missing and not replaced: 2 cell(s): {', '.join(queued)}." in text
-    # the primary on all five pairs, as the page and the README's first screen quote it
+    assert "Missing, reported as missing and not replaced: 1 cell(s): dynamic@flops:1#962." in text
+    # the primary and the random-order control on all five pairs, as the page and the README's
+    # first screen quote them
     line = pd.read_csv(RESNET / "airbench-compare" / "comparisons.csv").set_index("comparison")
-    primary = line.loc["dynamic@seconds vs static@epochs"]
-    assert primary.n == 5 and interval(primary.to_dict()) in page
     readme = (RESNET.parents[2] / "README.md").read_text()
-    assert interval(primary.to_dict()) in readme
+    for name in ("dynamic@seconds vs static@epochs", "dynamic-random@seconds vs static@epochs"):
+        assert line.loc[name].n == 5 and interval(line.loc[name].to_dict()) in page, name
+    assert interval(line.loc["dynamic@seconds vs static@epochs"].to_dict()) in readme
