@@ -31,17 +31,18 @@ def continuation(
     seed: int = 960,
     unfinished: str = "",
     metric: str = "test/acc",
+    arms: str = ARMS,
     **grid,
 ) -> Path:
-    """A continuation of ``FIRST`` at ``budgets``: seed 959's cells at those budgets as ``seed``'s,
-    trained on another boot, with the preregistration a study with those budgets writes;
-    ``unfinished``, a cell it left missing."""
+    """A continuation of ``FIRST`` at ``budgets`` (of ``arms``): seed 959's cells at those budgets
+    as ``seed``'s, trained on another boot, with the preregistration a study with those budgets
+    writes; ``unfinished``, a cell it left missing."""
     folder = tmp_path / name
     folder.mkdir()
     cells = pd.read_csv(SEED_959 / "cells.csv", dtype=join.TEXT_COLUMNS)
     owned = {
         c.key.rpartition("#")[0]
-        for c in join.grid_cells({"grid": {"arms": ARMS, "budgets": budgets}, "seeds": [959]})
+        for c in join.grid_cells({"grid": {"arms": arms, "budgets": budgets}, "seeds": [959]})
     }
     cells = cells[cells["cell"].str.rpartition("#")[0].isin(owned)].copy()
     cells["seed"] = seed
@@ -53,10 +54,10 @@ def continuation(
     prereg = json.loads((FIRST / "preregistration.json").read_text())
     family = [
         c.name
-        for c in join.comparisons(join.parse_arms(ARMS), tuple(map(join.parse_budget, budgets.split(","))))
+        for c in join.comparisons(join.parse_arms(arms), tuple(map(join.parse_budget, budgets.split(","))))
     ]
     prereg.update(study=f"airbench-compare-960-{name}", seeds=[seed], comparisons=family, metric=metric)
-    prereg["grid"].update(budgets=budgets, seeds=str(seed), **grid)
+    prereg["grid"].update(arms=arms, budgets=budgets, seeds=str(seed), **grid)
     (folder / "preregistration.json").write_text(json.dumps(prereg))
     doc = json.loads((SEED_959 / "study.json").read_text())
     doc.update(
@@ -133,8 +134,13 @@ def test_a_cell_the_continuation_left_missing_is_missing_and_its_options_are_nam
         (lambda t: [continuation(t, whiten_bias_epochs="3")], "trained with whiten_bias_epochs '3'"),
         (lambda t: [continuation(t, metric="val/acc")], "it preregistered metric 'val/acc', not 'test/acc'"),
         (lambda t: [continuation(t, seed=961)], "no study named is on exactly its seeds [961]"),
+        # the study trained its random-order control at the seconds alone
+        (
+            lambda t: [continuation(t, arms="static,dynamic-random")],
+            "its arms dynamic-random are not the study's",
+        ),
     ],
-    ids=["more-budgets", "other-grid", "newer-option-set", "other-metric", "no-such-study"],
+    ids=["more-budgets", "other-grid", "newer-option-set", "other-metric", "no-such-study", "other-arms"],
 )
 def test_a_continuation_of_another_grid_or_study_is_refused_in_one_line(tmp_path, make, says):
     continuations = [arg for folder in make(tmp_path) for arg in ("--continuation", folder)]
@@ -147,14 +153,47 @@ def test_a_continuation_of_another_grid_or_study_is_refused_in_one_line(tmp_path
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "joined").exists()
 
 
-def test_a_kept_cell_matched_to_a_reference_trained_again_is_refused(tmp_path):
-    # seed 959 finished whole; a continuation of its reference alone would leave its seconds
-    # cells paired with a run whose seconds they were not given
+def test_a_continuation_of_the_reference_and_one_cell_pairs_that_cell_with_its_own_reference(tmp_path):
+    # seed 959 finished but for its FLOPs cell (as 962-d did); the continuation trains the
+    # reference again with it: the seconds cells keep the reference whose seconds they were given
     first = tmp_path / "first"
     shutil.copytree(SEED_959, first)
-    later = continuation(tmp_path, budgets="flops:1", seed=959)
-    with pytest.raises(join.ConfigError, match="trained the reference of dynamic@seconds#959 again"):
-        join.join([first], tmp_path / "joined", (), [later])
+    cells = pd.read_csv(first / "cells.csv")
+    cells[cells["cell"] != "dynamic@flops:1#959"].to_csv(first / "cells.csv", index=False)
+    doc = json.loads((first / "study.json").read_text())
+    (first / "study.json").write_text(json.dumps({**doc, "cells_missing": ["dynamic@flops:1#959"]}))
+    later = continuation(tmp_path, arms="static,dynamic", budgets="flops:1", seed=959)
+    mine = pd.read_csv(later / "cells.csv")
+    assert sorted(mine["cell"]) == ["dynamic@flops:1#959", "static@epochs#959"]
+    mine["acc"] = mine["cell"].map({"static@epochs#959": 0.80, "dynamic@flops:1#959": 0.81})
+    mine.to_csv(later / "cells.csv", index=False)
+
+    table, doc = join.join([first], tmp_path / "joined", (), [later])
+    lines = table.set_index("comparison")
+    assert lines.loc["dynamic@flops:1 vs static@epochs", "diff_points"] == pytest.approx(1.0)
+    ours = cells.set_index("cell")["acc"]
+    seconds = 100 * (ours["dynamic@seconds#959"] - ours["static@epochs#959"])
+    assert lines.loc["dynamic@seconds vs static@epochs", "diff_points"] == pytest.approx(seconds)
+    assert set(lines["n"]) == {1} and doc["cells_missing"] == [] and doc["cells_finished"] == 6
+    assert doc["seconds_on_another_machine"] == []  # the seconds cells beside their own reference
+    means = pd.read_csv(tmp_path / "joined" / "frontier.csv").set_index(["arm", "budget"])
+    assert means.loc[("static", "epochs"), ["n", "acc"]].tolist() == [1, ours["static@epochs#959"]]
+    assert sum(doc["health"]["static@epochs"].values()) == 1  # the counted run alone
+    rows = pd.read_csv(tmp_path / "joined" / "cells.csv", keep_default_na=False)
+    kept = rows[rows["reference_of"] != ""]
+    assert kept[["cell", "reference_of", "acc"]].values.tolist() == [
+        ["static@epochs#959", "dynamic@flops:1#959", 0.80]
+    ]
+    ((cont,),) = [s["continued"] for s in doc["studies"]]
+    assert cont["cells"] == ["dynamic@flops:1#959"] and cont["superseded"] == []
+    text = (tmp_path / "joined" / "report.md").read_text()
+    assert (
+        "its cells dynamic@flops:1#959 are the continuation's; superseded, not counted: none. Its "
+        "static@epochs#959 80.00% (run "
+    ) in text
+    counted = 100 * ours["static@epochs#959"]
+    said = f"is the reference of its dynamic@flops:1#959 alone; the study's, {counted:.2f}%"
+    assert said in text and "stays counted (cells kept were given its seconds)." in text
 
 
 def test_a_continuation_cut_short_is_finished_by_another_in_the_order_given(tmp_path):
@@ -187,11 +226,20 @@ def test_a_continuation_cut_short_is_finished_by_another_in_the_order_given(tmp_
     ]
     text = (tmp_path / "joined" / "report.md").read_text()
     assert "continued by airbench-compare-960-b" in text and "continued by airbench-compare-960-c" in text
-    # the continuation that supersedes the reference again must also train what was matched to it
-    with pytest.raises(join.ConfigError, match="trained the reference of dynamic@seconds#960 again"):
-        join.join(
-            [FIRST],
-            tmp_path / "refused",
-            (),
-            [continuation(tmp_path, "d"), continuation(tmp_path, "e", budgets="flops:1")],
-        )
+    # a continuation that trains the reference again beside some of the cells matched to it:
+    # the one kept (d's seconds cell) keeps d's reference, e's own cells are set against e's
+    e = continuation(tmp_path, "e", budgets="flops:1")
+    table, doc = join.join([FIRST], tmp_path / "again", (), [continuation(tmp_path, "d"), e])
+    rows = pd.read_csv(tmp_path / "again" / "cells.csv", keep_default_na=False)
+    trained_by = {
+        (cell, of): run.rpartition("-")[2]
+        for cell, of, run in rows[["cell", "reference_of", "run_id"]].values
+    }
+    assert {k: v for k, v in trained_by.items() if v in ("d", "e")} == {
+        ("static@epochs#960", ""): "d",
+        ("dynamic@seconds#960", ""): "d",
+        ("dynamic@flops:1#960", ""): "e",
+        ("dynamic-random@seconds#960", ""): "e",
+        ("static@epochs#960", "dynamic-random@seconds#960;dynamic@flops:1#960"): "e",
+    }
+    assert doc["seconds_on_another_machine"] == [] and set(table["n"]) == {1}

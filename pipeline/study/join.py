@@ -15,12 +15,14 @@ the study step between them) is accepted at the default the older ones trained w
 in the report; at any other value the studies are refused.
 
 A study whose store was lost before all its cells trained is finished by a continuation: a study
-of its own, in a new store, on the same seeds and grid but for fewer budgets, that trains the
-missing cells again with their reference (``--continuation FOLDER``, repeated for a continuation
-that was itself cut short, in the order they trained). Its cells replace the study's of the same
-name (both readings of a cell trained twice are listed); the study's other cells stay, unless
-one of them was given the seconds of a reference that the continuation trained again, which is
-refused.
+of its own, in a new store, on the same seeds and grid but for fewer budgets or arms, that trains
+the missing cells again with their reference (``--continuation FOLDER``, repeated for a
+continuation that was itself cut short, in the order they trained). Its cells replace the
+study's of the same name (both readings of a cell trained twice are listed); the study's other
+cells stay. Where one that stays was given the seconds of the study's reference run, that run
+stays the seed's reference, and the continuation's is kept as the reference of the
+continuation's own cells alone (its row names them in ``reference_of``), so that every cell is
+set against the run it was matched to.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from pipeline.study.grid import (
     parse_budget,
     parse_seeds,
 )
+from pipeline.study.report import OWN_REFERENCE
 from pipeline.tracking.errors import one_line, user_errors
 
 FILES = ("cells.csv", "preregistration.json", "study.json")
@@ -112,10 +115,9 @@ def grid_cells(prereg: dict) -> list[Cell]:
     return cells(parse_arms(grid["arms"]), budgets, tuple(prereg["seeds"]))
 
 
-def check_continues(first: StudyFolder, later: StudyFolder, retrained: set[str]) -> dict[str, dict[str, str]]:
+def check_continues(first: StudyFolder, later: StudyFolder) -> dict[str, dict[str, str]]:
     """Refuse ``later`` as a continuation of ``first`` unless it is the same comparison on the
-    same seeds and grid, fewer budgets apart, and leaves no kept cell matched to a reference it
-    trained again (``retrained``: the cells its grid names); return the options only one of them
+    same seeds and grid, fewer budgets or arms apart; return the options only one of them
     recorded (``check_grids``)."""
     said = f"--continuation {later.path} of {first.path}"
     for key in ("metric", "correction", "alpha"):
@@ -137,22 +139,20 @@ def check_continues(first: StudyFolder, later: StudyFolder, retrained: set[str])
             f"{said}: its budgets {','.join(extra)} are not in the study it continues ({theirs}): "
             "a continuation trains some of the study's budgets"
         )
+    arms = {arm.name: arm for arm in parse_arms(first.prereg["grid"]["arms"])}
+    other = [a.name for a in parse_arms(later.prereg["grid"]["arms"]) if arms.get(a.name) != a]
+    if other:
+        raise ConfigError(
+            f"{said}: its arms {','.join(other)} are not the study's ({first.prereg['grid']['arms']}): "
+            "a continuation trains some of the study's arms, each at the budgets the study gave it"
+        )
     stray = [c for c in later.prereg["comparisons"] if c not in first.prereg["comparisons"]]
     if stray:
         raise ConfigError(f"{said}: it preregistered {stray}, which the study it continues did not")
-    # its grid with the first's budgets is the first's grid: every other option checked as a join does
-    grid = {**later.prereg["grid"], "budgets": theirs}
-    only_some = check_grids(
-        [first, StudyFolder(later.path, later.rows, {**later.prereg, "grid": grid}, later.doc)]
-    )
-    kept = [Cell.from_key(key) for key in first.rows["cell"] if key not in retrained]
-    rematched = [c.key for c in kept if c.needs_reference_run and c.reference.key in retrained]
-    if rematched:
-        raise ConfigError(
-            f"{said}: it trained the reference of {', '.join(rematched)} again, whose seconds that cell "
-            "was given: train it in the continuation too"
-        )
-    return only_some
+    # its grid with the first's arms and budgets is the first's: every other option checked as a join does
+    grid = {**later.prereg["grid"], "arms": first.prereg["grid"]["arms"], "budgets": theirs}
+    as_first = StudyFolder(later.path, later.rows, {**later.prereg, "grid": grid}, later.doc)
+    return check_grids([first, as_first])
 
 
 def _budgets(text: str) -> set:
@@ -162,14 +162,33 @@ def _budgets(text: str) -> set:
 def continued(first: StudyFolder, later: StudyFolder) -> StudyFolder:
     """``first`` with ``later``'s cells in place of its own of the same name, and what was
     replaced, with both readings, added to its summary's ``continued`` (a list: a continuation
-    may itself be continued)."""
-    retrained = {c.key for c in grid_cells(later.prereg)}
-    only_some = check_continues(first, later, retrained)
-    replaced = first.rows[first.rows["cell"].isin(retrained)]
+    may itself be continued). A reference of ``first`` that a cell it keeps was given the seconds
+    of stays, and ``later``'s run of it is kept as the reference of ``later``'s own cells."""
+    only_some = check_continues(first, later)
+    cells = report.counted(first.rows)  # a reference kept for an earlier continuation's cells stays
+    trained = {c.key for c in grid_cells(later.prereg)}
+    held = {
+        cell.reference.key
+        for cell in map(Cell.from_key, cells["cell"])
+        if cell.needs_reference_run and cell.key not in trained
+    }
+    retrained = trained - held
+    replaced = cells[cells["cell"].isin(retrained)]
     now = later.rows.set_index("cell")
-    rows = pd.concat([first.rows[~first.rows["cell"].isin(retrained)], later.rows], ignore_index=True)
+    own = later.rows[later.rows["cell"].isin(held)]
+    own = own.assign(**{OWN_REFERENCE: [";".join(_set_against(later, key)) for key in own["cell"]]})
+    rows = pd.concat(
+        [
+            cells[~cells["cell"].isin(retrained)],
+            report.own_references(first.rows),
+            later.rows[~later.rows["cell"].isin(held)],
+            own,
+        ],
+        ignore_index=True,
+    )
     missing = [c for c in first.doc.get("cells_missing", []) if c not in retrained]
     labels = {first.doc["label"], later.doc["label"]}
+    counted_now = cells.set_index("cell")
     doc = {
         **first.doc,
         "label": "confirmatory" if labels == {"confirmatory"} else "exploratory",
@@ -193,12 +212,39 @@ def continued(first: StudyFolder, later: StudyFolder) -> StudyFolder:
                     }
                     for r in replaced.to_dict("records")
                 ],
+                "references_kept": [
+                    {
+                        "cell": r["cell"],
+                        "acc": r["acc"],
+                        "run_id": r.get("run_id", ""),
+                        "of": r[OWN_REFERENCE].split(";") if r[OWN_REFERENCE] else [],
+                        "counted_acc": counted_now["acc"].get(r["cell"], float("nan")),
+                        "counted_run_id": counted_now["run_id"].get(r["cell"], "")
+                        if "run_id" in counted_now
+                        else "",
+                    }
+                    for r in own.to_dict("records")
+                ],
                 "scoring": (later.doc.get("scoring") or {}).get("run", "not recorded"),
                 "recorded_by_one": only_some,
             },
         ],
     }
     return StudyFolder(first.path, rows, first.prereg, doc)
+
+
+def _set_against(study: StudyFolder, reference: str) -> list[str]:
+    """The cells of ``study`` that its comparisons set against its run of ``reference``."""
+    grid = study.prereg["grid"]
+    budgets = tuple(parse_budget(b) for b in grid["budgets"].split(","))
+    against = [
+        f"{c.arm}@{c.budget.label}"
+        for c in comparisons(parse_arms(grid["arms"]), budgets)
+        if f"{c.against_arm}@{c.against.label}" == reference.partition("#")[0]
+    ]
+    seed = Cell.from_key(reference).seed
+    mine = (Cell.from_key(k) for k in study.rows["cell"])
+    return sorted(c.key for c in mine if f"{c.arm}@{c.budget.label}" in against and c.seed == seed)
 
 
 def with_continuations(studies: list[StudyFolder], later: list[StudyFolder]) -> list[StudyFolder]:
@@ -311,7 +357,7 @@ def joined_doc(studies: list[StudyFolder], preregistered: tuple[int, ...]) -> di
             for s in studies
         ],
         "scored_by": scored_by(studies),
-        "cells_finished": sum(len(s.rows) for s in studies),
+        "cells_finished": sum(len(report.counted(s.rows)) for s in studies),
         "cells_missing": [c for s in studies for c in s.doc.get("cells_missing", [])],
     }
     if preregistered:
@@ -421,7 +467,8 @@ def check_out(out: Path, studies: list[StudyFolder]) -> Path:
     multiple=True,
     type=click.Path(path_type=Path),
     help="a study that trained again, in a new store, some cells of the study on its seeds (whose "
-    "store was lost) with their reference: its cells replace that study's of the same name",
+    "store was lost) with their reference: its cells replace that study's of the same name (a "
+    "reference whose seconds a kept cell was given stays, the continuation's set against its own)",
 )
 def main(folders: tuple[Path, ...], out: Path, seeds: str, continuations: tuple[Path, ...]) -> None:
     try:

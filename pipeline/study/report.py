@@ -7,6 +7,10 @@ A row is one finished cell: ``cell, arm, budget, seed, run_id, acc`` (the phase'
 validation or test accuracy), ``trained_s``, ``run_s`` (the whole run), ``flops``, ``epochs``,
 ``health``, ``dip``, ``acc_<tier>`` per difficulty tier and, where known, the ``host`` and
 ``boot`` it trained on and the ``code`` version it trained with.
+
+A joined report may hold a continuation's reference run kept for the continuation's own cells
+alone (pipeline/study/join.py): its row names them in ``reference_of``. That row is no cell of
+the grid: the comparisons set those cells against it, and nothing else reads it.
 """
 
 from __future__ import annotations
@@ -22,13 +26,38 @@ from pipeline.report.stats import ALPHA, holm, paired_test, summary
 from pipeline.study.figure import figure, seeds_shown
 from pipeline.study.grid import REFERENCE_ARM, REFERENCE_BUDGET, Cell, Comparison
 
+OWN_REFERENCE = "reference_of"  # the cells, ';'-joined, that a kept reference run is the reference of
+
+
+def own_references(rows: pd.DataFrame) -> pd.DataFrame:
+    """The reference runs kept for some cells alone (none outside a join)."""
+    if OWN_REFERENCE not in rows:
+        return rows.iloc[:0]
+    return rows[rows[OWN_REFERENCE].fillna("").astype(str) != ""]
+
+
+def counted(rows: pd.DataFrame) -> pd.DataFrame:
+    """The grid's cells: every row but the reference runs kept for some cells alone."""
+    return rows.drop(own_references(rows).index)
+
+
+def kept_references(rows: pd.DataFrame) -> dict[str, int]:
+    """Each cell whose reference run is not its seed's counted one -> that run's row (index)."""
+    return {cell: i for i, r in own_references(rows).iterrows() for cell in str(r[OWN_REFERENCE]).split(";")}
+
 
 def _paired(rows: pd.DataFrame, c: Comparison, column: str) -> tuple[list, list, list]:
-    """The seeds both of ``c``'s runs finished, and each one's ``column``."""
-    a = rows[(rows.arm == c.arm) & (rows.budget == c.budget.label)].set_index("seed")
-    b = rows[(rows.arm == c.against_arm) & (rows.budget == c.against.label)].set_index("seed")
-    seeds = sorted(set(a.index) & set(b.index))
-    return seeds, [a.loc[s, column] for s in seeds], [b.loc[s, column] for s in seeds]
+    """The seeds both of ``c``'s runs finished, and each one's ``column``; a cell set against
+    the reference run is paired with the one kept for it, where one is."""
+    cells = counted(rows)
+    a = cells[(cells.arm == c.arm) & (cells.budget == c.budget.label)].set_index("seed")
+    b = cells[(cells.arm == c.against_arm) & (cells.budget == c.against.label)].set_index("seed")
+    against = {s: b.loc[s, column] for s in b.index}
+    if (c.against_arm, c.against.label) == (REFERENCE_ARM, REFERENCE_BUDGET):
+        kept = kept_references(rows)
+        against |= {s: rows.loc[kept[cell], column] for s, cell in a["cell"].items() if cell in kept}
+    seeds = sorted(set(a.index) & set(against))
+    return seeds, [a.loc[s, column] for s in seeds], [against[s] for s in seeds]
 
 
 def _ratio(rows: pd.DataFrame, c: Comparison, column: str) -> dict:
@@ -186,9 +215,9 @@ def write(
     table: the family's lines, then those against the controls."""
     table = compare(rows, family, doc["label"])
     against_controls = compare(rows, controls, outside_family(doc["label"]))
-    points = frontier(rows)
+    points = frontier(counted(rows))
     doc.update(
-        health=health(rows),
+        health=health(counted(rows)),
         seconds_to_reach_static=seconds_to_reach(points),
         seconds_on_another_machine=seconds_on_another_machine(rows),
         code_versions=code_versions(rows),
@@ -216,13 +245,16 @@ def seconds_on_another_machine(rows: pd.DataFrame) -> list[str]:
         return []
     # a value not recorded is '' from a run and NaN from a table read back or joined
     text = rows[["host", "boot"]].fillna("").astype(str)
-    where = {cell: (host, boot) for cell, host, boot in zip(rows["cell"], text["host"], text["boot"])}
+    place = {i: (text.loc[i, "host"], text.loc[i, "boot"]) for i in rows.index}
+    where = {rows.loc[i, "cell"]: place[i] for i in counted(rows).index}
+    kept = {key: place[i] for key, i in kept_references(rows).items()}  # a reference kept for the cell
     out = []
     for key, (host, boot) in where.items():
         cell = Cell.from_key(key)
-        if not cell.needs_reference_run or cell.reference.key not in where:
+        reference = kept.get(key) or where.get(cell.reference.key)
+        if not cell.needs_reference_run or reference is None:
             continue
-        ref_host, ref_boot = where[cell.reference.key]
+        ref_host, ref_boot = reference
         if (host and ref_host and host != ref_host) or (boot and ref_boot and boot != ref_boot):
             out.append(key)
     return sorted(out)
@@ -351,6 +383,13 @@ def _continued_line(study: str, cont: dict) -> str:
         f"{study} continued by {cont['by']} (a study in a new store): its cells {', '.join(cont['cells'])} "
         f"are the continuation's; superseded, not counted: {superseded or 'none'}."
     )
+    for r in cont.get("references_kept", []):
+        line += (
+            f" Its {r['cell']} {_reading(r['acc'], r['run_id'])} is the reference of its "
+            f"{', '.join(r['of']) or 'no cell'} alone; the study's, "
+            f"{_reading(r['counted_acc'], r['counted_run_id'])}, stays counted (cells kept were given "
+            "its seconds)."
+        )
     for key, values in cont.get("recorded_by_one", {}).items():
         said = ", ".join(f"{name}: {value}" for name, value in values.items())
         line += f" Option {key} recorded by only one of the two ({said})."
