@@ -46,12 +46,24 @@ def seconds_comparison(rows: pd.DataFrame) -> dict:
     return line
 
 
+def counted_cells() -> pd.DataFrame:
+    """The joined comparison's cells by name: all but the reference run a continuation kept for
+    its own cells alone (962-e's static-22, the reference of its FLOPs cell)."""
+    rows = pd.read_csv(RESNET / "airbench-compare" / "cells.csv", keep_default_na=False)
+    return rows[rows["reference_of"] == ""].set_index("cell")
+
+
 def test_every_study_folder_is_found():
     named = {"cpu-confirm", "cpu-control", "cpu-halfflops", "cpu-widen-seconds", "cpu-widen-seconds-2"}
     named |= {"cpu-widen-order", "short-seconds-948-949", "short-seconds-950-951", "short-seconds-952"}
     named |= {"gpu-short", "airbench-compare-958", "airbench-compare-959", "airbench-compare"}
     named |= {"airbench-compare-960", "airbench-compare-960-b", "airbench-compare-961"}
-    named |= {"airbench-compare-962", "airbench-compare-962-b", "airbench-compare-962-d"}
+    named |= {
+        "airbench-compare-962",
+        "airbench-compare-962-b",
+        "airbench-compare-962-d",
+        "airbench-compare-962-e",
+    }
     assert {p.name for p in STUDIES} >= named
 
 
@@ -133,7 +145,7 @@ def test_the_static_baseline_at_90_percent_is_what_the_residual_page_says():
 
 def test_the_first_seed_of_growth_against_the_90_percent_baseline_is_what_the_residual_page_says():
     # docs/results/preregistered.md (b42d7af): seeds 958-962, one a session; 958 alone is a
-    # partial view, and the joined folder (pipeline.study.join) says so
+    # partial view, and the joined folder (pipeline.study.join), all five whole, the verdict
     rows = pd.read_csv(RESNET / "airbench-compare-958" / "cells.csv")
     page = (RESNET / "README.md").read_text()
     acc = rows.set_index("cell")["acc"]
@@ -149,8 +161,8 @@ def test_the_first_seed_of_growth_against_the_90_percent_baseline_is_what_the_re
     assert f"({ahead:+.2f} over the default order)" in page
     assert len(rows) == 6 and set(rows["boot"]) == {"6f624658-5849-494c-94de-e11ccaeb849d"}  # one boot
     joined = (RESNET / "airbench-compare" / "report.md").read_text()
-    assert "**Partial**: 5 of the 5 preregistered seeds (cells missing: 962)" in joined
-    assert joined.splitlines()[0].endswith(": exploratory")
+    assert "**Partial**" not in joined and "Missing" not in joined
+    assert joined.splitlines()[0].endswith(": confirmatory")
 
 
 def test_the_second_seed_of_growth_against_the_90_percent_baseline_is_what_the_residual_page_says():
@@ -173,14 +185,13 @@ def test_the_second_seed_of_growth_against_the_90_percent_baseline_is_what_the_r
     assert f"({ahead:+.2f} over the default order)" in page
     study = json.loads((RESNET / "airbench-compare-959" / "study.json").read_text())
     assert not study["cells_missing"]
-    # the seeds so far joined, as the page and the README's first screen quote them: four whole
-    # seeds and 962's cells but its FLOPs pair
+    # the five seeds joined, as the page and the README's first screen quote them
     joined = pd.read_csv(RESNET / "airbench-compare" / "comparisons.csv").set_index("comparison")
     controls = pd.read_csv(RESNET / "airbench-compare" / "controls.csv").set_index("comparison")
     readme = (RESNET.parents[2] / "README.md").read_text()
     for table, name, pairs in [
         (joined, "dynamic@seconds vs static@epochs", 5),
-        (joined, "dynamic@flops:1 vs static@epochs", 4),
+        (joined, "dynamic@flops:1 vs static@epochs", 5),
         (joined, "dynamic@flops:0.5 vs static@flops:0.5", 5),
         (joined, "dynamic-random@seconds vs static@epochs", 5),
         (controls, "dynamic@seconds vs dynamic-random@seconds", 5),
@@ -240,7 +251,7 @@ def test_seed_960_s_continuation_is_what_the_residual_page_says():
     ahead = f"({acc[seconds[1]] - acc[seconds[0]]:+.2f} over the default order)"
     assert ahead in page
     # the join takes the continuation's cells for seed 960 and says which reading it superseded
-    joined = pd.read_csv(RESNET / "airbench-compare" / "cells.csv").set_index("cell")
+    joined = counted_cells()
     for cell in ("static@epochs#960", "dynamic@flops:1#960", *seconds):
         assert joined.loc[cell, "run_id"] == later.loc[cell, "run_id"]
     for cell in ("static@flops:0.5#960", "dynamic@flops:0.5#960"):
@@ -274,7 +285,7 @@ def test_seed_961_is_what_the_residual_page_says():
     behind = acc["dynamic@seconds#961"] - acc["dynamic-random@seconds#961"]
     assert behind > 0 and f"({behind:.2f} behind the default order)" in page
     # the join counts its pairs and names the cell it lacks
-    joined = pd.read_csv(RESNET / "airbench-compare" / "cells.csv").set_index("cell")
+    joined = counted_cells()
     assert {c for c in joined.index if c.endswith("#961")} == set(rows.index)
     text = (RESNET / "airbench-compare" / "report.md").read_text()
     assert not any("#961" in line for line in text.splitlines() if line.startswith("Missing"))  # whole
@@ -341,17 +352,14 @@ def test_seed_962_s_seconds_cells_on_one_boot_are_what_the_residual_page_says():
         behind = f"{acc[cell] - acc['static@epochs#962']:+.2f}".replace("-", "−")
         assert f"| {label} | {acc[cell]:.2f}% | {behind}" in page, cell
     # the join takes 962-d's reference and seconds cells, the first session's half pair, and
-    # lists the superseded readings
-    joined = pd.read_csv(RESNET / "airbench-compare" / "cells.csv").set_index("cell")
+    # lists the superseded readings (962-e's FLOPs pair: the next test)
+    joined = counted_cells()
     for cell in later.index:
         assert joined.loc[cell, "run_id"] == later.loc[cell, "run_id"]
     for cell in ("static@flops:0.5#962", "dynamic@flops:0.5#962"):
         assert joined.loc[cell, "run_id"] == first.loc[cell, "run_id"]
     text = (RESNET / "airbench-compare" / "report.md").read_text()
     assert "airbench-compare-962 continued by airbench-compare-962-b (a study in a new store)" in text
-    assert "**Partial**: 5 of the 5 preregistered seeds (cells missing: 962)" in text
-    assert text.splitlines()[0].endswith(": exploratory")
-    assert "Missing, reported as missing and not replaced: 1 cell(s): dynamic@flops:1#962." in text
     # the primary and the random-order control on all five pairs, as the page and the README's
     # first screen quote them
     line = pd.read_csv(RESNET / "airbench-compare" / "comparisons.csv").set_index("comparison")
@@ -359,3 +367,49 @@ def test_seed_962_s_seconds_cells_on_one_boot_are_what_the_residual_page_says():
     for name in ("dynamic@seconds vs static@epochs", "dynamic-random@seconds vs static@epochs"):
         assert line.loc[name].n == 5 and interval(line.loc[name].to_dict()) in page, name
     assert interval(line.loc["dynamic@seconds vs static@epochs"].to_dict()) in readme
+
+
+def test_seed_962_s_flops_pair_and_the_verdict_are_what_the_residual_page_says():
+    # preregistered.md (11:59 entry of 2026-12-03): 962-d's store lost with its boot, a further
+    # continuation trained static-22 a fifth time and the growing network at its FLOPs, that cell
+    # set against that static-22 alone; 962 whole, the join is the preregistered verdict
+    later = pd.read_csv(RESNET / "airbench-compare-962-e" / "cells.csv").set_index("cell")
+    assert set(later.index) == {"static@epochs#962", "dynamic@flops:1#962"}
+    assert set(later["boot"]) == {"ed62e98c-3f52-4ebe-8739-5e0cc9013dfe"}
+    study = json.loads((RESNET / "airbench-compare-962-e" / "study.json").read_text())
+    assert not study["cells_missing"]
+    page = (RESNET / "README.md").read_text().replace("**", "")
+    acc = 100 * later["acc"]
+    own = f"| static, 22 epochs (962-e: its FLOPs cell's reference alone) | {acc['static@epochs#962']:.2f}% |"
+    grown = f"{acc['dynamic@flops:1#962'] - acc['static@epochs#962']:+.2f}".replace("-", "−")
+    assert (
+        own in page and f"| growing, static-22's FLOPs | {acc['dynamic@flops:1#962']:.2f}% | {grown}" in page
+    )
+    rows = pd.read_csv(RESNET / "airbench-compare" / "cells.csv", keep_default_na=False)
+    kept = rows[rows["reference_of"] != ""]
+    assert kept[["cell", "run_id", "reference_of"]].values.tolist() == [
+        ["static@epochs#962", later.loc["static@epochs#962", "run_id"], "dynamic@flops:1#962"]
+    ]
+    cells = counted_cells()
+    d = pd.read_csv(RESNET / "airbench-compare-962-d" / "cells.csv").set_index("cell")
+    assert cells.loc["dynamic@flops:1#962", "run_id"] == later.loc["dynamic@flops:1#962", "run_id"]
+    assert cells.loc["static@epochs#962", "run_id"] == d.loc["static@epochs#962", "run_id"]
+    # every preregistered line on five pairs, as the page and the README's first screen give them
+    table = pd.read_csv(RESNET / "airbench-compare" / "comparisons.csv").set_index("comparison")
+    readme = (RESNET.parents[2] / "README.md").read_text()
+    assert set(table["n"]) == {5} and set(table["label"]) == {"confirmatory"}
+    for name, verdict in [
+        ("dynamic@seconds vs static@epochs", "no difference shown"),
+        ("dynamic@flops:0.5 vs static@flops:0.5", "no difference shown"),
+        ("dynamic@flops:1 vs static@epochs", "static ahead"),
+        ("dynamic-random@seconds vs static@epochs", "no difference shown"),
+    ]:
+        line = table.loc[name]
+        assert (
+            line.verdict == verdict
+            and interval(line.to_dict()) in page
+            and interval(line.to_dict()) in readme
+        )
+        assert f"Holm p {line.p_holm:.3f}" in page, name
+    ahead = sum(table["ahead"])
+    assert ahead == 1 and "behind static in 19 of the 20 pairs" in readme
