@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from pipeline.study import join
+from pipeline.study.folder import TEXT_COLUMNS, grid_cells
 
 RESNET = Path(__file__).resolve().parents[1] / "docs" / "results" / "resnet"
 FIRST = RESNET / "airbench-compare-960"  # three cells finished, three missing
@@ -39,10 +40,10 @@ def continuation(
     writes; ``unfinished``, a cell it left missing."""
     folder = tmp_path / name
     folder.mkdir()
-    cells = pd.read_csv(SEED_959 / "cells.csv", dtype=join.TEXT_COLUMNS)
+    cells = pd.read_csv(SEED_959 / "cells.csv", dtype=TEXT_COLUMNS)
     owned = {
         c.key.rpartition("#")[0]
-        for c in join.grid_cells({"grid": {"arms": arms, "budgets": budgets}, "seeds": [959]})
+        for c in grid_cells({"grid": {"arms": arms, "budgets": budgets}, "seeds": [959]})
     }
     cells = cells[cells["cell"].str.rpartition("#")[0].isin(owned)].copy()
     cells["seed"] = seed

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline.study import join
+from pipeline.study import folder, join
 
 RESNET = Path(__file__).resolve().parents[1] / "docs" / "results" / "resnet"
 PAIRS = [RESNET / f for f in ("short-seconds-948-949", "short-seconds-950-951", "short-seconds-952")]
@@ -45,7 +45,7 @@ def test_the_three_sessions_studies_joined_give_the_five_pairs_verdict(tmp_path)
     assert "Option tta recorded by only some of the studies" in text and "short-seconds-cpu-952: none" in text
     assert json.loads((written / "study.json").read_text())["seeds"] == "948,949,950,951,952"
     # these studies' tables were written before cells recorded their code: said, not guessed
-    assert f"Code the cells trained with: {join.CODE_NOT_IN_TABLE} (10 cells)." in text
+    assert f"Code the cells trained with: {folder.CODE_NOT_IN_TABLE} (10 cells)." in text
 
 
 def _with_code(tmp_path: Path, source: Path, version: str) -> Path:
@@ -66,7 +66,7 @@ def test_a_join_names_every_code_version_its_cells_trained_with(tmp_path):
     assert "Code the cells trained with: 0123456789ab (4 cells), 000123456789 (4 cells): a change" in text
     # one table with the column, one written before it: said, for the cells it is missing from
     _, doc = join.join([folders[0], PAIRS[1]], tmp_path / "mixed")
-    assert doc["code_versions"] == {"0123456789ab": 4, join.CODE_NOT_IN_TABLE: 4}
+    assert doc["code_versions"] == {"0123456789ab": 4, folder.CODE_NOT_IN_TABLE: 4}
     join.join(folders[:1], tmp_path / "alone")
     alone = (tmp_path / "alone" / "report.md").read_text()
     assert "Code the cells trained with: 0123456789ab (4 cells)." in alone

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -39,80 +38,13 @@ import pandas as pd
 from pipeline.cli import ConfigError
 from pipeline.study import report
 from pipeline.study.config import added_since
-from pipeline.study.grid import (
-    Cell,
-    cells,
-    comparisons,
-    control_comparisons,
-    parse_arms,
-    parse_budget,
-    parse_seeds,
-)
-from pipeline.study.report import OWN_REFERENCE
+from pipeline.study.folder import StudyFolder, grid_cells
+from pipeline.study.grid import Cell, comparisons, control_comparisons, parse_arms, parse_budget, parse_seeds
+from pipeline.study.joined import OWN_REFERENCE, counted, own_references
 from pipeline.tracking.errors import one_line, user_errors
 
-FILES = ("cells.csv", "preregistration.json", "study.json")
 # The grid's entries that may differ between the studies of one comparison: their seeds.
 PER_STUDY = ("seeds",)
-PREREG_KEYS = ("study", "comparisons", "seeds", "metric", "correction", "alpha", "grid")
-DOC_KEYS = ("phase", "label", "epochs", "static_spec")
-# what the report reads of every cell (pipeline/study/report.py); older studies lack run_s
-CELL_COLUMNS = ("cell", "arm", "budget", "seed", "acc", "trained_s", "flops", "epochs", "health")
-# read as written: a code version or boot id of digits alone would otherwise come back a number
-TEXT_COLUMNS = {"code": str, "host": str, "boot": str}
-CODE_NOT_IN_TABLE = "not in its cells.csv (written before the column; see its runs' code_version tag)"
-
-
-@dataclass(frozen=True)
-class StudyFolder:
-    """One study's logged report: its cells' rows, its preregistration and its summary."""
-
-    path: Path
-    rows: pd.DataFrame
-    prereg: dict
-    doc: dict
-
-    @property
-    def seeds(self) -> tuple[int, ...]:
-        return tuple(self.prereg["seeds"])
-
-    @staticmethod
-    def read(path: Path) -> StudyFolder:
-        missing = [f for f in FILES if not (path / f).is_file()]
-        if missing:
-            raise ConfigError(
-                f"{path} has no {', '.join(missing)}: pass folders that a study logged on its parent "
-                "run (mlflow artifacts download -r <parent run> -a study)"
-            )
-        try:
-            prereg = json.loads((path / "preregistration.json").read_text())
-            doc = json.loads((path / "study.json").read_text())
-            needed = [k for k in PREREG_KEYS if k not in prereg] + [k for k in DOC_KEYS if k not in doc]
-        except (json.JSONDecodeError, TypeError) as err:  # TypeError: JSON that is not an object
-            raise ConfigError(
-                f"{path}: its preregistration.json or study.json is not a study's: {err}"
-            ) from None
-        if needed:
-            raise ConfigError(f"{path}: its preregistration.json or study.json lacks {', '.join(needed)}")
-        if not isinstance(prereg["grid"], dict) or not {"arms", "budgets"} <= prereg["grid"].keys():
-            raise ConfigError(f"{path}: its preregistration.json's grid names no arms and budgets")
-        try:
-            rows = pd.read_csv(path / "cells.csv", dtype=TEXT_COLUMNS)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-            raise ConfigError(f"{path}/cells.csv is not a study's table of cells: {err}") from None
-        lacking = [c for c in CELL_COLUMNS if c not in rows.columns]
-        if lacking:
-            raise ConfigError(f"{path}/cells.csv lacks the columns {', '.join(lacking)}")
-        if "code" not in rows:  # its runs may well record it: say where it is missing
-            rows = rows.assign(code=CODE_NOT_IN_TABLE)
-        return StudyFolder(path, rows, prereg, doc)
-
-
-def grid_cells(prereg: dict) -> list[Cell]:
-    """The cells a study's preregistered grid names, on its seeds."""
-    grid = prereg["grid"]
-    budgets = tuple(parse_budget(b) for b in grid["budgets"].split(","))
-    return cells(parse_arms(grid["arms"]), budgets, tuple(prereg["seeds"]))
 
 
 def check_continues(first: StudyFolder, later: StudyFolder) -> dict[str, dict[str, str]]:
@@ -165,7 +97,7 @@ def continued(first: StudyFolder, later: StudyFolder) -> StudyFolder:
     may itself be continued). A reference of ``first`` that a cell it keeps was given the seconds
     of stays, and ``later``'s run of it is kept as the reference of ``later``'s own cells."""
     only_some = check_continues(first, later)
-    cells = report.counted(first.rows)  # a reference kept for an earlier continuation's cells stays
+    cells = counted(first.rows)  # a reference kept for an earlier continuation's cells stays
     trained = {c.key for c in grid_cells(later.prereg)}
     held = {
         cell.reference.key
@@ -180,7 +112,7 @@ def continued(first: StudyFolder, later: StudyFolder) -> StudyFolder:
     rows = pd.concat(
         [
             cells[~cells["cell"].isin(retrained)],
-            report.own_references(first.rows),
+            own_references(first.rows),
             later.rows[~later.rows["cell"].isin(held)],
             own,
         ],
@@ -357,7 +289,7 @@ def joined_doc(studies: list[StudyFolder], preregistered: tuple[int, ...]) -> di
             for s in studies
         ],
         "scored_by": scored_by(studies),
-        "cells_finished": sum(len(report.counted(s.rows)) for s in studies),
+        "cells_finished": sum(len(counted(s.rows)) for s in studies),
         "cells_missing": [c for s in studies for c in s.doc.get("cells_missing", [])],
     }
     if preregistered:

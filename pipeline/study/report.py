@@ -8,9 +8,7 @@ validation or test accuracy), ``trained_s``, ``run_s`` (the whole run), ``flops`
 ``health``, ``dip``, ``acc_<tier>`` per difficulty tier and, where known, the ``host`` and
 ``boot`` it trained on and the ``code`` version it trained with.
 
-A joined report may hold a continuation's reference run kept for the continuation's own cells
-alone (pipeline/study/join.py): its row names them in ``reference_of``. That row is no cell of
-the grid: the comparisons set those cells against it, and nothing else reads it.
+A joined report may hold reference runs kept for some cells alone (pipeline/study/joined.py).
 """
 
 from __future__ import annotations
@@ -25,25 +23,7 @@ from pipeline.data.tiers import TIER_NAMES
 from pipeline.report.stats import ALPHA, holm, paired_test, summary
 from pipeline.study.figure import figure, seeds_shown
 from pipeline.study.grid import REFERENCE_ARM, REFERENCE_BUDGET, Cell, Comparison
-
-OWN_REFERENCE = "reference_of"  # the cells, ';'-joined, that a kept reference run is the reference of
-
-
-def own_references(rows: pd.DataFrame) -> pd.DataFrame:
-    """The reference runs kept for some cells alone (none outside a join)."""
-    if OWN_REFERENCE not in rows:
-        return rows.iloc[:0]
-    return rows[rows[OWN_REFERENCE].fillna("").astype(str) != ""]
-
-
-def counted(rows: pd.DataFrame) -> pd.DataFrame:
-    """The grid's cells: every row but the reference runs kept for some cells alone."""
-    return rows.drop(own_references(rows).index)
-
-
-def kept_references(rows: pd.DataFrame) -> dict[str, int]:
-    """Each cell whose reference run is not its seed's counted one -> that run's row (index)."""
-    return {cell: i for i, r in own_references(rows).iterrows() for cell in str(r[OWN_REFERENCE]).split(";")}
+from pipeline.study.joined import counted, joined_lines, kept_references
 
 
 def _paired(rows: pd.DataFrame, c: Comparison, column: str) -> tuple[list, list, list]:
@@ -55,7 +35,8 @@ def _paired(rows: pd.DataFrame, c: Comparison, column: str) -> tuple[list, list,
     against = {s: b.loc[s, column] for s in b.index}
     if (c.against_arm, c.against.label) == (REFERENCE_ARM, REFERENCE_BUDGET):
         kept = kept_references(rows)
-        against |= {s: rows.loc[kept[cell], column] for s, cell in a["cell"].items() if cell in kept}
+        if kept:  # rows from outside a join may carry no cell names, and need none
+            against |= {s: rows.loc[kept[cell], column] for s, cell in a["cell"].items() if cell in kept}
     seeds = sorted(set(a.index) & set(against))
     return seeds, [a.loc[s, column] for s in seeds], [against[s] for s in seeds]
 
@@ -294,7 +275,7 @@ def markdown(
         f"Reference: static at {summary_doc['epochs']} epochs ({summary_doc['static_spec']}).",
         f"Health (runs per verdict): {json.dumps(summary_doc['health'])}",
     ]
-    lines += _joined_lines(summary_doc)
+    lines += joined_lines(summary_doc)
     if summary_doc["label"] == "confirmatory" and len(table):
         lines.append(
             "Confirmatory: each comparison's paired difference, its interval, p and verdict (what "
@@ -344,63 +325,6 @@ def markdown(
             f"\nScoring difficulty (run {s['run']}) cost {s['seconds']:.0f} s, charged once to the study."
         )
     return "\n".join(lines) + "\n"
-
-
-def _joined_lines(summary_doc: dict) -> list[str]:
-    """A join's lines: the studies it reads, the seeds preregistered, whether it is partial,
-    each study's scoring run and the options only some of them recorded (none for a study)."""
-    lines = []
-    if summary_doc.get("studies"):
-        joined = ", ".join(
-            f"{s['study']} (seeds {','.join(map(str, s['seeds']))}, {s['label']})"
-            for s in summary_doc["studies"]
-        )
-        n = len(summary_doc["studies"])
-        lines.append(f"Joined from {n} {'study' if n == 1 else 'studies'} of one grid: {joined}.")
-    for study in summary_doc.get("studies", []):
-        lines += [_continued_line(study["study"], cont) for cont in study.get("continued", [])]
-    if summary_doc.get("preregistered_seeds"):
-        lines.append(f"Seeds preregistered for the joined comparison: {summary_doc['preregistered_seeds']}.")
-    if summary_doc.get("partial"):
-        lines.append(f"**Partial**: {summary_doc['partial']}.")
-    if summary_doc.get("scored_by"):
-        said = ", ".join(f"{study}: run {run}" for study, run in summary_doc["scored_by"].items())
-        lines.append(f"Difficulty scored, each study for itself: {said}.")
-    for key, values in summary_doc.get("recorded_by_some", {}).items():
-        said = ", ".join(f"{study}: {value}" for study, value in values.items())
-        lines.append(f"Option {key} recorded by only some of the studies ({said}).")
-    return lines
-
-
-def _continued_line(study: str, cont: dict) -> str:
-    """What a continuation replaced: its cells, each reading of the first study it superseded
-    beside the continuation's own, and the options only one of the two recorded."""
-    superseded = ", ".join(
-        f"{r['cell']} {_reading(r['acc'], r['run_id'])}, now {_reading(r['now_acc'], r['now_run_id'])}"
-        for r in cont["superseded"]
-    )
-    line = (
-        f"{study} continued by {cont['by']} (a study in a new store): its cells {', '.join(cont['cells'])} "
-        f"are the continuation's; superseded, not counted: {superseded or 'none'}."
-    )
-    for r in cont.get("references_kept", []):
-        line += (
-            f" Its {r['cell']} {_reading(r['acc'], r['run_id'])} is the reference of its "
-            f"{', '.join(r['of']) or 'no cell'} alone; the study's, "
-            f"{_reading(r['counted_acc'], r['counted_run_id'])}, stays counted (cells kept were given "
-            "its seconds)."
-        )
-    for key, values in cont.get("recorded_by_one", {}).items():
-        said = ", ".join(f"{name}: {value}" for name, value in values.items())
-        line += f" Option {key} recorded by only one of the two ({said})."
-    return line
-
-
-def _reading(acc, run_id) -> str:
-    """A cell's accuracy and run as a report line says them; what a table lacks, said so."""
-    acc = float(acc) if acc is not None else math.nan
-    run = run_id if isinstance(run_id, str) and run_id else "not recorded"
-    return f"{100 * acc:.2f}% (run {run})" if math.isfinite(acc) else f"no reading (run {run})"
 
 
 def _caution(versions: dict[str, int]) -> str:
