@@ -391,6 +391,9 @@ NAMED_SPECS = {
     # the same, each group's first convolution pooling before its batchnorm (airbench's order)
     "short-convs-poolbn": lambda: short_convs.layers(pool_first=True),
     "short-convs-poolbn-narrow": lambda: short_convs.narrow_layers(pool_first=True),
+    # the same layout with airbench's head: a global max-pool where short-convs averages
+    "short-convs-maxhead": lambda: short_convs.layers(head="max"),
+    "short-convs-maxhead-narrow": lambda: short_convs.narrow_layers(head="max"),
 }
 
 

@@ -3,6 +3,9 @@ schedule that widens the one into the other, keeping its function where asked.""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -17,6 +20,7 @@ from pipeline.study.recipes import recipe
 from pipeline.training.config import TrainConfig
 
 CIFAR = ((3, 32, 32), 10)
+PORT_SCREEN = Path(__file__).resolve().parents[1] / "docs" / "results" / "resnet" / "port-screen"
 
 
 def _flops(spec_name: str) -> dict:
@@ -142,4 +146,31 @@ def test_the_pool_first_baseline_pools_as_airbench_and_widens_from_its_narrow_st
     static = build_model(final)
     assert [(n, p.shape) for n, p in model.named_parameters()] == [
         (n, p.shape) for n, p in static.named_parameters()
+    ]
+
+
+def test_the_max_head_baseline_is_the_port_screens_and_widens_from_its_narrow_start():
+    final = resolve_spec("short-convs-maxhead", *CIFAR)
+    screened = json.loads((PORT_SCREEN / "maxhead.json").read_text())["layers"]
+    assert final.layers == resolve_spec(str(PORT_SCREEN / "maxhead.json"), *CIFAR).layers
+    assert [layer["id"] for layer in screened][-2:] == ["headpool", "scale"]
+    shapes = infer_shapes(final)
+    assert shapes[-3] == (128, 3, 3) and shapes[-2] == (128, 1, 1)  # a 3x3 max-pool of a 3x3 map: global
+    # the same parameters and FLOPs as the averaging head (the screens' 1.08e8 forward)
+    assert spec_size(final).params == spec_size(resolve_spec("short-convs", *CIFAR)).params
+    assert _flops("short-convs-maxhead")["forward"] == 108_447_808
+    model = build_model(final).eval()
+    x = torch.rand(2, *CIFAR[0])
+    features = model.layers["g3b"](torch.nn.Sequential(*list(model.layers.values())[:-4])(x))
+    logits = model.layers["head"](model.layers["scale"](model.layers["headpool"](features)).flatten(1))
+    assert torch.allclose(model(x), logits)
+    assert torch.equal(model.layers["headpool"](features).flatten(1), features.amax(dim=(2, 3)))
+    start = resolve_spec("short-convs-maxhead-narrow", *CIFAR)
+    assert validate_schedule(start, parse_schedule("short-convs-widen", 12), 12).layers == final.layers
+    torch.manual_seed(0)
+    grown = build_model(start)
+    for event in parse_schedule("short-convs-widen", 12):
+        grown, _ = grow(grown, event, init="random")
+    assert [(n, p.shape) for n, p in grown.named_parameters()] == [
+        (n, p.shape) for n, p in build_model(final).named_parameters()
     ]
