@@ -136,17 +136,7 @@ def test_the_pool_first_baseline_pools_as_airbench_and_widens_from_its_narrow_st
     assert infer_shapes(final)[-1] == infer_shapes(resolve_spec("short-convs", *CIFAR))[-1]
     assert spec_size(final).params == spec_size(resolve_spec("short-convs", *CIFAR)).params
     assert _flops("short-convs-poolbn") == _flops("short-convs")
-    start = resolve_spec("short-convs-poolbn-narrow", *CIFAR)
-    assert validate_schedule(start, parse_schedule("short-convs-widen", 12), 12).layers == final.layers
-    torch.manual_seed(0)
-    model = build_model(start)
-    for event in parse_schedule("short-convs-widen", 12):
-        model, info = grow(model, event, init="random")
-        assert info["kind"] == "widen"
-    static = build_model(final)
-    assert [(n, p.shape) for n, p in model.named_parameters()] == [
-        (n, p.shape) for n, p in static.named_parameters()
-    ]
+    _widens_into("short-convs-poolbn-narrow", final)
 
 
 def test_the_max_head_baseline_is_the_port_screens_and_widens_from_its_narrow_start():
@@ -165,12 +155,19 @@ def test_the_max_head_baseline_is_the_port_screens_and_widens_from_its_narrow_st
     logits = model.layers["head"](model.layers["scale"](model.layers["headpool"](features)).flatten(1))
     assert torch.allclose(model(x), logits)
     assert torch.equal(model.layers["headpool"](features).flatten(1), features.amax(dim=(2, 3)))
-    start = resolve_spec("short-convs-maxhead-narrow", *CIFAR)
+    _widens_into("short-convs-maxhead-narrow", final)
+
+
+def _widens_into(start_name: str, final) -> None:
+    """``short-convs-widen`` takes the named start to ``final``'s layers, and a model grown by it
+    has the parameters, by name and shape, of a static model built from ``final``."""
+    start = resolve_spec(start_name, *CIFAR)
     assert validate_schedule(start, parse_schedule("short-convs-widen", 12), 12).layers == final.layers
     torch.manual_seed(0)
-    grown = build_model(start)
+    model = build_model(start)
     for event in parse_schedule("short-convs-widen", 12):
-        grown, _ = grow(grown, event, init="random")
-    assert [(n, p.shape) for n, p in grown.named_parameters()] == [
+        model, info = grow(model, event, init="random")
+        assert info["kind"] == "widen"
+    assert [(n, p.shape) for n, p in model.named_parameters()] == [
         (n, p.shape) for n, p in build_model(final).named_parameters()
     ]
