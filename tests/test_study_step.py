@@ -298,6 +298,29 @@ def test_labels_of_arms_matched_on_one_budget_do_not_cover_each_other():
     figure.plt.close(fig)
 
 
+def test_labels_of_points_near_one_spot_do_not_cover_each_other():
+    # 958-962's join: two arms' seconds cells 0.28 points apart, on an axis of two points; the
+    # arms' offsets alone drew one "seconds" over the other
+    cells = (
+        ("static", "epochs", 0.8940, 1926.0, 1.0), ("static", "flops:0.5", 0.8796, 878.0, 0.5),
+        ("dynamic", "seconds", 0.8882, 1925.0, 0.86), ("dynamic", "flops:0.5", 0.8749, 930.0, 0.46),
+        ("dynamic", "flops:1", 0.8898, 2160.0, 0.99), ("dynamic-random", "seconds", 0.8910, 1926.0, 0.86),
+    )  # fmt: skip
+    points = pd.DataFrame(
+        [{"arm": arm, "budget": budget, "n": 5, "acc": acc, "acc_ci_low": acc - 0.003,
+          "acc_ci_high": acc + 0.003, "trained_s": seconds, "flops": flops}
+         for arm, budget, acc, seconds, flops in cells]
+    )  # fmt: skip
+    fig = figure.draw(points, "t", "test/acc")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        boxes = [text.get_window_extent(renderer) for text in ax.texts]
+        assert len(boxes) == len(cells)
+        assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
+    figure.plt.close(fig)
+
+
 def test_the_report_figure_and_text_are_written(tmp_path):
     rows = _rows()
     comparisons = grid.comparisons(grid.parse_arms("static,dynamic"), EPOCHS_AND_HALF)

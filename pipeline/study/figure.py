@@ -35,6 +35,10 @@ def point_labels(points: pd.DataFrame, most: int) -> list[str]:
 # on the same budget land on the same spot (on FLOPs, one arm's "seconds" beside another's
 # "flops:1"), and one offset for all of them drew their labels over each other.
 LABEL_OFFSETS = ((4, -10), (4, 5), (4, -20), (4, 15))
+# Points near one spot but not on it (two arms' seconds cells a quarter of a point apart) can
+# still bring labels together whatever the offsets: such a label takes the nearest free place
+# beside its own point, just above or just below it first, then a line further each way.
+LABEL_PLACES = tuple((4, dy) for line in range(6) for dy in (5 + 9 * line, -10 - 9 * line))
 
 
 def figure(points: pd.DataFrame, path: Path, title: str, metric: str) -> Path:
@@ -81,4 +85,23 @@ def draw(points: pd.DataFrame, title: str, metric: str) -> plt.Figure:
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=max(1, len(labels)), frameon=False)
     fig.suptitle(title, fontsize=10)
+    labels_apart(fig)
     return fig
+
+
+def labels_apart(fig: plt.Figure) -> None:
+    """Each axes' point labels, in the order drawn, moved to the nearest of ``LABEL_PLACES``
+    where it covers no label already placed (left where it was drawn if none is free): where
+    labels fall is only known once the figure is laid out."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        placed = []
+        for text in ax.texts:
+            drawn = text.xyann
+            for place in (drawn, *LABEL_PLACES, drawn):
+                text.xyann = place
+                box = text.get_window_extent(renderer)
+                if not any(box.overlaps(other) for other in placed):
+                    break
+            placed.append(box)
