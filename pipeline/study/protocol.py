@@ -56,7 +56,8 @@ GATED_SEEDS: dict[tuple[int, int], str] = {
     (962, 962): "the fifth of five seeds of growth against the 90% baseline (airbench-compare-962 and "
     "its continuations -962-b, -962-d, -962-e): its test split was read",
     (1000, 1000): "screened the short-run residual network (its widths, its recipe), airbench's recipe "
-    "and the port's max-pool head against airbench's own code (validation)",
+    "and the port's max-pool head against airbench's own code, and the max head at 22 epochs "
+    "(validation)",
     (1001, 1001): "screened airbench's max head against short-convs at 22 epochs (validation)",
     (9990, 9991): "dry runs of bench_gpu.sh short on a 500-example subset: their test split was read",
     (9992, 9992): "a dry run of bench_gpu.sh airbench on a 300-example subset: its test split was read",
