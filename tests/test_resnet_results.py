@@ -413,3 +413,29 @@ def test_seed_962_s_flops_pair_and_the_verdict_are_what_the_residual_page_says()
         assert f"Holm p {line.p_holm:.3f}" in page, name
     ahead = sum(table["ahead"])
     assert ahead == 1 and "behind static in 19 of the 20 pairs" in readme
+
+
+def test_the_max_head_screen_at_22_epochs_is_what_the_residual_page_says():
+    # docs/results/preregistered.md (334296f): validation at epoch 22 on tuning seeds 1000 and
+    # 1001; the max head is kept if it is ahead of short-convs on both
+    def val(study: str) -> float:
+        folder = RESNET / study
+        (cell,) = pd.read_csv(folder / "cells.csv").to_dict("records")
+        assert json.loads((folder / "study.json").read_text())["metric"] == "val/acc"  # no test split
+        assert cell["code"] == "334296fa1718" and cell["epochs"] == 22
+        return 100 * cell["val_acc"]
+
+    def points(diff: float) -> str:
+        return f"{diff:+.2f}".replace("-", "−")
+
+    maxhead = {seed: val(f"screen90-maxhead-{seed}") for seed in (1000, 1001)}
+    short_convs = {1000: 89.80, 1001: val("screen90-airbench-1001")}  # 1000's read 2026-12-02
+    page = (RESNET / "README.md").read_text()
+    for seed in (1000, 1001):
+        shown = f"| {seed} | {short_convs[seed]:.2f}%"
+        assert (
+            shown in page
+            and f"| {maxhead[seed]:.2f}% | {points(maxhead[seed] - short_convs[seed])} |" in page
+        )
+    assert all(maxhead[seed] > short_convs[seed] for seed in maxhead)  # the rule: kept
+    assert "**The preregistered rule keeps the max head**" in page
