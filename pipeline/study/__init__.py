@@ -13,7 +13,16 @@
 - ``join``: several studies of one grid, on different seeds, read as one report.
 """
 
-from pipeline.study.command import CONFIGS, main
-from pipeline.study.config import ENTRY_POINT
+import importlib
 
 __all__ = ["CONFIGS", "ENTRY_POINT", "main"]
+_HOMES = {"CONFIGS": "command", "main": "command", "ENTRY_POINT": "config"}
+
+
+def __getattr__(name: str):
+    # Loaded when first asked for: the command brings MLflow, Optuna and torch (about 12 s of
+    # imports on 2 CPU threads), which ``python -m pipeline.study.join`` and the pure modules
+    # above do not need.
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
