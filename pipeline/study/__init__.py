@@ -20,9 +20,9 @@ _HOMES = {"CONFIGS": "command", "main": "command", "ENTRY_POINT": "config"}
 
 
 def __getattr__(name: str):
-    # Loaded when first asked for: the command brings MLflow, Optuna and torch (about 12 s of
-    # imports on 2 CPU threads), which ``python -m pipeline.study.join`` and the pure modules
-    # above do not need.
+    # Loaded when first asked for: the command brings Optuna and every training step, which
+    # ``python -m pipeline.study.join`` and the pure modules above do not need (about 1.3 s of
+    # a join's 11 s of imports; the rest, MLflow and torch, come through pipeline.report).
     if name not in _HOMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
