@@ -57,6 +57,8 @@ GATED_SEEDS: dict[tuple[int, int], str] = {
     "its continuations -962-b, -962-d, -962-e): its test split was read",
     (964, 964): "the first of five seeds of the max head's confirmation at 90% "
     "(static90-maxhead-963-967) to finish: its test split was read",
+    (967, 967): "the second of five seeds of the max head's confirmation at 90% "
+    "(static90-maxhead-963-967) to finish: its test split was read",
     (1000, 1000): "screened the short-run residual network (its widths, its recipe), airbench's recipe "
     "and the port's max-pool head against airbench's own code, and the max head at 22 epochs "
     "(validation)",
