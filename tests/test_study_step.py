@@ -216,7 +216,8 @@ def test_a_seed_that_gated_a_choice_or_screened_cannot_confirm():
     assert protocol.gated(722) and protocol.gated(1) and not protocol.gated(400)
     assert protocol.gated(945) and protocol.gated(952) and protocol.gated(9991) and protocol.gated(957)
     assert protocol.gated(958) and protocol.gated(959) and protocol.gated(960) and protocol.gated(961)
-    assert protocol.gated(962) and not protocol.gated(963)  # 958-962: the comparison, read whole
+    assert protocol.gated(962) and protocol.gated(963) and protocol.gated(964) and protocol.gated(967)
+    assert not protocol.gated(965) and not protocol.gated(968)  # 965, 966, 968-970: a confirmation
     with pytest.raises(ConfigError, match="seed 722 gated a choice"):
         protocol.check_confirm_seeds((400, 722), {})
     with pytest.raises(ConfigError, match="seed 401 trained in screen study 'resnet-screen'"):
