@@ -56,11 +56,14 @@ GATED_SEEDS: dict[tuple[int, int], str] = {
     (962, 962): "the fifth of five seeds of growth against the 90% baseline (airbench-compare-962 and "
     "its continuations -962-b, -962-d, -962-e): its test split was read",
     (963, 963): "the third of five seeds of the max head's confirmation at 90% "
-    "(static90-maxhead-963-967) to finish, its first attempt's retry: its test split was read",
+    "(static90-maxhead-963-967) to finish, its first attempt's retry: its test split was read "
+    "(the figure lost with that store, never reported)",
     (964, 964): "the first of five seeds of the max head's confirmation at 90% "
-    "(static90-maxhead-963-967) to finish: its test split was read",
+    "(static90-maxhead-963-967) to finish: its test split was read (the figure lost with that "
+    "store, never reported)",
     (967, 967): "the second of five seeds of the max head's confirmation at 90% "
-    "(static90-maxhead-963-967) to finish: its test split was read",
+    "(static90-maxhead-963-967) to finish: its test split was read (the figure lost with that "
+    "store, never reported)",
     (1000, 1000): "screened the short-run residual network (its widths, its recipe), airbench's recipe "
     "and the port's max-pool head against airbench's own code, and the max head at 22 epochs "
     "(validation)",
