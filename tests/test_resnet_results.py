@@ -67,8 +67,10 @@ def test_every_study_folder_is_found():
     assert {p.name for p in STUDIES} >= named
 
 
-# controls.csv: where an arm was set against its control
-TABLES = [(f, t) for f in STUDIES for t in ("comparisons.csv", "controls.csv") if (f / t).exists()]
+# controls.csv: where an arm was set against its control. A baseline alone (static90-maxhead-b-S)
+# compares nothing: the study code it ran with wrote that empty table as a bare newline.
+TABLES = [(f, t) for f in STUDIES for t in ("comparisons.csv", "controls.csv") if (f / t).is_file()]
+TABLES = [(f, t) for f, t in TABLES if (f / t).read_text().strip()]
 
 
 @pytest.mark.parametrize(("folder", "name"), TABLES, ids=lambda v: getattr(v, "name", v))

@@ -217,7 +217,7 @@ def test_a_seed_that_gated_a_choice_or_screened_cannot_confirm():
     assert protocol.gated(945) and protocol.gated(952) and protocol.gated(9991) and protocol.gated(957)
     assert protocol.gated(958) and protocol.gated(959) and protocol.gated(960) and protocol.gated(961)
     assert protocol.gated(962) and protocol.gated(963) and protocol.gated(964) and protocol.gated(967)
-    assert not protocol.gated(965) and not protocol.gated(968)  # 965, 966, 968-970: a confirmation
+    assert protocol.gated(965) and protocol.gated(966) and protocol.gated(968)  # static90-maxhead-b
     with pytest.raises(ConfigError, match="seed 722 gated a choice"):
         protocol.check_confirm_seeds((400, 722), {})
     with pytest.raises(ConfigError, match="seed 401 trained in screen study 'resnet-screen'"):
@@ -355,6 +355,15 @@ def test_the_report_gives_each_arms_mean_with_its_interval_and_whole_run_minutes
     one = report.frontier(rows[rows.seed == 1].drop(columns="run_s"))  # rows that record no whole run
     text = report.markdown(doc, report.compare(rows, [], "confirmatory"), None, one)
     assert "| dynamic@epochs | 1 | 82.00 (no interval: one seed) | 70 | not recorded | 4 |" in text
+
+
+def test_a_baseline_alone_writes_a_comparison_table_that_reads_back_empty(tmp_path):
+    # a static-only confirmation compares nothing; its comparisons.csv once held a bare newline,
+    # which pandas cannot read
+    table = report.compare(_rows(), [], "confirmatory")
+    table.to_csv(tmp_path / "comparisons.csv", index=False)
+    again = pd.read_csv(tmp_path / "comparisons.csv")
+    assert again.empty and list(again.columns) == report.COMPARISON_COLUMNS
 
 
 def test_a_seconds_cell_trained_on_another_machine_than_its_reference_is_named():

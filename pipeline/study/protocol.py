@@ -64,6 +64,10 @@ GATED_SEEDS: dict[tuple[int, int], str] = {
     (967, 967): "the second of five seeds of the max head's confirmation at 90% "
     "(static90-maxhead-963-967) to finish: its test split was read (the figure lost with that "
     "store, never reported)",
+    (965, 966): "the first two of five seeds of the max head's confirmation at 90% "
+    "(static90-maxhead-b-965 and -966, a study a seed): their test splits were read",
+    (968, 968): "the third of five seeds of the max head's confirmation at 90% "
+    "(static90-maxhead-b-968): its test split was read",
     (1000, 1000): "screened the short-run residual network (its widths, its recipe), airbench's recipe "
     "and the port's max-pool head against airbench's own code, and the max head at 22 epochs "
     "(validation)",

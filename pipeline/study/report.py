@@ -46,6 +46,14 @@ def _ratio(rows: pd.DataFrame, c: Comparison, column: str) -> dict:
     return summary([x / y for x, y in zip(a, b) if y])
 
 
+# A table's columns before its per-tier ones: a baseline alone has no comparison, and its
+# comparisons.csv keeps the header so that it reads back as an empty table.
+COMPARISON_COLUMNS = [
+    "comparison", "arm", "budget", "against", "seeds", "n", "diff_points", "ci_low_points",
+    "ci_high_points", "p_t", "ahead", "seconds_ratio", "flops_ratio", "label", "p_holm", "verdict",
+]  # fmt: skip
+
+
 def compare(rows: pd.DataFrame, comparisons: list[Comparison], label: str) -> pd.DataFrame:
     """One line per comparison: the arm minus what it is set against (static, or its control) in
     points, paired by seed, with the 95% t interval, the paired t test's p and its Holm
@@ -76,6 +84,8 @@ def compare(rows: pd.DataFrame, comparisons: list[Comparison], label: str) -> pd
                 _, ta, tb = _paired(rows, c, column)
                 line[f"diff_points_{tier}"] = 100 * paired_test(ta, tb)["mean_diff"]
         lines.append(line)
+    if not lines:
+        return pd.DataFrame(columns=COMPARISON_COLUMNS)
     table = pd.DataFrame(lines)
     if len(table):
         # Every comparison is one of the family, tested or not: one with too few seeds counts
