@@ -22,7 +22,7 @@ _HOMES = {"CONFIGS": "command", "main": "command", "ENTRY_POINT": "config"}
 def __getattr__(name: str):
     # Loaded when first asked for: the command brings Optuna and every training step, which
     # ``python -m pipeline.study.join`` and the pure modules above do not need (about 1.3 s of
-    # a join's 11 s of imports; the rest, MLflow and torch, come through pipeline.report).
+    # a join's imports; MLflow stays out too, since pipeline.report loads its runs lazily).
     if name not in _HOMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
