@@ -190,7 +190,7 @@ def test_a_worker_killed_mid_cell_loses_nothing_and_no_cell_counts_twice(trackin
     env = {**subprocess_env(tracking), "OMP_NUM_THREADS": "1"}
     args = [
         *SMALL, "--subset", "600", "--seeds", "70,71", "--budgets", "epochs,flops:0.5",
-        "--study-name", "k", "--heartbeat-interval", "1", "--grace-period", "4",
+        "--study-name", "k", "--heartbeat-interval", "1", "--grace-period", "10",
     ]  # fmt: skip
     command = [sys.executable, "-m", "pipeline.study", *args]
     coordinator = subprocess.Popen([*command, "--experiment-name", "k-exp"], env=env, cwd=tmp_path,

@@ -160,7 +160,7 @@ def test_two_workers_share_one_study_and_a_killed_workers_trial_is_retried(track
     with open(tmp_path / "tune.log", "w") as log:
         proc = _mlflow_run_tune(
             tracking, log, "subset=600", "epochs=2", "max_events=2", "sampler_seed=0", f"n_trials={n_trials}",
-            "workers=2", "pruner=none", "heartbeat_interval=1", "grace_period=3",
+            "workers=2", "pruner=none", "heartbeat_interval=1", "grace_period=10",
         )  # fmt: skip
         # Watch MLflow (not optuna.db, which the study's first process is creating) for a
         # trial that has trained an epoch and is still running, then kill its worker.
