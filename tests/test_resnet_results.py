@@ -69,8 +69,12 @@ def test_every_study_folder_is_found():
 
 # controls.csv: where an arm was set against its control. A baseline alone (static90-maxhead-b-S)
 # compares nothing: the study code it ran with wrote that empty table as a bare newline.
-TABLES = [(f, t) for f in STUDIES for t in ("comparisons.csv", "controls.csv") if (f / t).is_file()]
-TABLES = [(f, t) for f, t in TABLES if (f / t).read_text().strip()]
+TABLES = [
+    (f, t)
+    for f in STUDIES
+    for t in ("comparisons.csv", "controls.csv")
+    if (f / t).is_file() and (f / t).read_text().strip()
+]
 
 
 @pytest.mark.parametrize(("folder", "name"), TABLES, ids=lambda v: getattr(v, "name", v))

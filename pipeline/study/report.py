@@ -87,13 +87,12 @@ def compare(rows: pd.DataFrame, comparisons: list[Comparison], label: str) -> pd
     if not lines:
         return pd.DataFrame(columns=COMPARISON_COLUMNS)
     table = pd.DataFrame(lines)
-    if len(table):
-        # Every comparison is one of the family, tested or not: one with too few seeds counts
-        # as p = 1, so the others' correction does not shrink when cells are missing.
-        tested = table["p_t"].apply(math.isfinite)
-        adjusted = holm([p if ok else 1.0 for p, ok in zip(table["p_t"], tested)])
-        table["p_holm"] = [p if ok else math.nan for p, ok in zip(adjusted, tested)]
-        table["verdict"] = [verdict(r) for r in table.to_dict("records")]
+    # Every comparison is one of the family, tested or not: one with too few seeds counts as
+    # p = 1, so the others' correction does not shrink when cells are missing.
+    tested = table["p_t"].apply(math.isfinite)
+    adjusted = holm([p if ok else 1.0 for p, ok in zip(table["p_t"], tested)])
+    table["p_holm"] = [p if ok else math.nan for p, ok in zip(adjusted, tested)]
+    table["verdict"] = [verdict(r) for r in table.to_dict("records")]
     return table
 
 
